@@ -1,0 +1,34 @@
+# qsa: `make demo` (the main job) and `make test` (the whole suite) do all set-up themselves.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.qsa-installed
+
+.PHONY: setup system-packages demo test lint bench clean
+
+setup: system-packages $(STAMP)
+
+system-packages:
+	@scripts/system_packages.sh
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[all,dev]'
+	@touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/qsa demo --out demo_out
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+test: setup lint
+	$(VENV)/bin/pytest
+
+bench: setup
+	$(PY) bench/attention_speed.py
+
+clean:
+	rm -rf demo_out build *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,48 @@
+"""``qsa.load``: a shipped model by name, a preset (fresh weights) or a packed model file."""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+from torch import nn
+
+from .errors import ConfigError
+
+
+def shipped_weights(name: str) -> Path | None:
+    """Path of the packed weights shipped in the package for ``name``, if any."""
+    p = resources.files("qsa") / "weights" / f"{name}.qsa"
+    return Path(str(p)) if p.is_file() else None
+
+
+def load(
+    name_or_path: str | os.PathLike, dequantize: bool = False, allow_untrained: bool = True
+) -> nn.Module:
+    """Load a model.
+
+    * a path to a packed model file (``.qsa``): verified and rebuilt;
+    * a shipped model name (e.g. ``"qcgan-35k"``): its packed weights from the package;
+    * any other registered preset: freshly initialised (``allow_untrained=False`` refuses).
+    """
+    from .models.registry import build_model, preset_config, preset_names
+    from .quantize import load_packed
+
+    s = str(name_or_path)
+    p = Path(s)
+    if p.suffix in (".qsa", ".safetensors") or p.is_file():
+        return load_packed(p, dequantize=dequantize)
+    w = shipped_weights(s)
+    if w is not None:
+        return load_packed(w, dequantize=dequantize)
+    if s in preset_names():
+        if not allow_untrained:
+            raise ConfigError(
+                f"{s!r} has no shipped weights in this install; train it with "
+                f"`qsa train {s}` or pass a packed model file"
+            )
+        return build_model(preset_config(s)).eval()
+    raise ConfigError(
+        f"{s!r} is neither a model file nor a known model; known models: " f"{preset_names()}"
+    )

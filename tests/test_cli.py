@@ -1,0 +1,77 @@
+"""The `qsa` command, run as a user runs it (subprocess)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+QSA = [str(Path(sys.executable).with_name("qsa"))]
+
+
+def qsa(*args, check=True):
+    r = subprocess.run(
+        QSA + list(args),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    if check and r.returncode != 0:
+        raise AssertionError(f"qsa {args} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def test_help_and_version():
+    r = qsa("--help")
+    assert "usage: qsa" in r.stdout and "demo" in r.stdout
+    from qsa import __version__
+
+    assert qsa("--version").stdout.strip() == f"qsa {__version__}"
+
+
+def test_help_does_not_import_torch():
+    code = (
+        "import sys; from qsa.cli import build_parser; build_parser(); "
+        "print('torch' in sys.modules)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "False"
+
+
+def test_info_json():
+    info = json.loads(qsa("info", "--json").stdout)
+    assert any(m["name"] == "qtransformer-small" for m in info["models"])
+    assert info["runtimes"]["torch"] is True
+
+
+def test_pack_inspect_and_refuse_overwrite(tmp_path):
+    out = tmp_path / "m.qsa"
+    qsa("pack", "qtransformer-small", str(out))
+    meta = json.loads(qsa("inspect", str(out), "--json").stdout)
+    assert meta["precision"] == "int8" and meta["int8_weights"] > 0
+    r = qsa("pack", "qtransformer-small", str(out), check=False)
+    assert r.returncode == 2 and "--force" in r.stderr
+    qsa("pack", "qtransformer-small", str(out), "--force", "--precision", "fp32")
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage" * 10])
+def test_inspect_bad_file_is_a_clean_error(tmp_path, content):
+    bad = tmp_path / "bad.qsa"
+    bad.write_bytes(content)
+    r = qsa("inspect", str(bad), check=False)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr and str(bad) in r.stderr
+
+
+def test_unknown_model_is_named():
+    r = qsa("pack", "no-such-model", "/tmp/x.qsa", check=False)
+    assert r.returncode == 2 and "no-such-model" in r.stderr
+
+
+def test_demo_runs(tmp_path):
+    r = qsa("demo", "--out", str(tmp_path / "demo"))
+    assert "SQNR" in r.stdout
+    assert list((tmp_path / "demo").glob("*.qsa"))
