@@ -66,7 +66,7 @@ def dumps(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> bytes:
         t = tensors[name].detach().contiguous().cpu()
         if t.dtype not in _DTYPES:
             raise FormatError(f"tensor {name!r} has dtype {t.dtype}, which the file cannot hold")
-        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
         entries[name] = {
             "dtype": _DTYPES[t.dtype],
             "shape": list(t.shape),

@@ -1,0 +1,125 @@
+"""Training checkpoints: model + optimizer + RNG state in one safetensors file, no pickle.
+
+Tensors (module state, optimizer moment buffers, torch RNG state) go into the safetensors
+payload; everything else (step counters, optimizer hyperparameters, Python/numpy RNG state,
+the run config) into the verified JSON metadata block of ``qsa.safefile``. Written atomically,
+so a ``kill -9`` mid-write leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from qsa import safefile
+from qsa.errors import FormatError
+
+FORMAT = "qsa.checkpoint"
+VERSION = 1
+
+
+def _flatten_optimizer(prefix: str, sd: dict, tensors: dict, meta: dict) -> None:
+    groups = []
+    for g in sd["param_groups"]:
+        groups.append({k: v for k, v in g.items()})
+    state_meta = {}
+    for pid, st in sd["state"].items():
+        entry = {}
+        for k, v in st.items():
+            if torch.is_tensor(v):
+                tensors[f"{prefix}.state.{pid}.{k}"] = v.detach().clone()
+                entry[k] = {"tensor": True}
+            else:
+                entry[k] = {"value": v}
+        state_meta[str(pid)] = entry
+    meta[prefix] = {"param_groups": groups, "state": state_meta}
+
+
+def _unflatten_optimizer(prefix: str, tensors: dict, meta: dict) -> dict:
+    m = meta[prefix]
+    state = {}
+    for pid, entry in m["state"].items():
+        st = {}
+        for k, spec in entry.items():
+            st[k] = tensors[f"{prefix}.state.{pid}.{k}"] if spec.get("tensor") else spec["value"]
+        state[int(pid)] = st
+    return {"state": state, "param_groups": m["param_groups"]}
+
+
+def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    py = random.getstate()
+    np_state = np.random.get_state()
+    return (
+        {"rng.torch": torch.get_rng_state()},
+        {
+            "python": [py[0], list(py[1]), py[2]],
+            "numpy": [np_state[0], np_state[1].tolist(), *[int(x) for x in np_state[2:4]],
+                      float(np_state[4])],
+        },
+    )
+
+
+def set_rng_state(tensors: dict, meta: dict) -> None:
+    torch.set_rng_state(tensors["rng.torch"])
+    py = meta["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    n = meta["numpy"]
+    np.random.set_state((n[0], np.array(n[1], dtype=np.uint32), n[2], n[3], n[4]))
+
+
+def save_checkpoint(
+    path: str | os.PathLike,
+    modules: dict[str, nn.Module],
+    optimizers: dict[str, torch.optim.Optimizer] | None = None,
+    extra: dict[str, Any] | None = None,
+    schedulers: dict[str, Any] | None = None,
+) -> Path:
+    """Write a checkpoint with each module's state_dict, optimizer and RNG state."""
+    tensors: dict[str, torch.Tensor] = {}
+    meta: dict[str, Any] = {"format": FORMAT, "format_version": VERSION,
+                            "extra": extra or {}, "modules": sorted(modules)}
+    for name, m in modules.items():
+        for k, v in m.state_dict().items():
+            tensors[f"module.{name}.{k}"] = v.detach().clone()
+    meta["optimizers"] = sorted(optimizers or {})
+    for name, opt in (optimizers or {}).items():
+        _flatten_optimizer(f"optim.{name}", opt.state_dict(), tensors, meta)
+    meta["schedulers"] = {n: s.state_dict() for n, s in (schedulers or {}).items()}
+    rt, rm = rng_state()
+    tensors.update(rt)
+    meta["rng"] = rm
+    return safefile.save(path, tensors, meta)
+
+
+def load_checkpoint(
+    path: str | os.PathLike,
+    modules: dict[str, nn.Module],
+    optimizers: dict[str, torch.optim.Optimizer] | None = None,
+    schedulers: dict[str, Any] | None = None,
+    restore_rng: bool = True,
+) -> dict[str, Any]:
+    """Restore into ``modules`` / ``optimizers`` in place; returns the ``extra`` dict."""
+    tensors, meta = safefile.load(path, kind=FORMAT)
+    if meta.get("format_version") != VERSION:
+        raise FormatError(f"{path}: checkpoint version {meta.get('format_version')!r}, "
+                          f"this qsa reads {VERSION}")
+    try:
+        for name, m in modules.items():
+            pre = f"module.{name}."
+            sd = {k[len(pre):]: v for k, v in tensors.items() if k.startswith(pre)}
+            m.load_state_dict(sd, strict=True)
+        for name, opt in (optimizers or {}).items():
+            opt.load_state_dict(_unflatten_optimizer(f"optim.{name}", tensors, meta))
+        for name, s in (schedulers or {}).items():
+            s.load_state_dict(meta["schedulers"][name])
+    except (KeyError, RuntimeError, ValueError) as e:
+        raise FormatError(f"{path}: checkpoint does not fit this model/run: {e}") from None
+    if restore_rng:
+        set_rng_state(tensors, meta["rng"])
+    return meta["extra"]
