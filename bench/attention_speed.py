@@ -13,6 +13,7 @@ import statistics
 import time
 
 import torch
+
 from qsa.layers import QuaternionSelfAttention
 
 

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from typing import Literal
 
 import torch
+from torch import nn
+
 from qsa.errors import ConfigError
 from qsa.layers.quaternion import _QuaternionLayer, is_quaternion_layer
-from torch import nn
 
 from .packing import QMAX, PackedQuaternionWeight, expand_packed, pack_weight, symmetric_scale
 

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
+
 from qsa import safefile
 from qsa._version import __version__
 from qsa.config import ModelConfig, config_from_dict, config_to_dict
 from qsa.errors import ConfigError, FormatError
 from qsa.layers.quaternion import is_quaternion_layer
 from qsa.models.registry import build_model
-from torch import nn
 
 from .api import Int8Config, Int8QuaternionLayer
 from .packing import PackedQuaternionWeight, pack_weight

@@ -18,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from qsa.layers.quaternion import _QuaternionLayer, is_quaternion_layer
 from torch import nn
+
+from qsa.layers.quaternion import _QuaternionLayer, is_quaternion_layer
 
 QMAX = 127
 

@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "qsa.commands.info",
     "qsa.commands.pack",
     "qsa.commands.demo",
+    "qsa.commands.lm",
 )
 
 

@@ -5,9 +5,10 @@ import math
 
 import pytest
 import torch
-from qsa.layers import QuaternionSelfAttention, conjugate, hamilton_product
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
+
+from qsa.layers import QuaternionSelfAttention, conjugate, hamilton_product
 
 
 def naive_attention(att: QuaternionSelfAttention, x: torch.Tensor) -> torch.Tensor:

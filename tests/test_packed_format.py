@@ -7,6 +7,7 @@ import struct
 
 import pytest
 import torch
+
 from qsa import safefile
 from qsa.errors import FormatError
 from qsa.models.qtransformer import QTransformer, QTransformerConfig

@@ -5,6 +5,9 @@ import math
 
 import pytest
 import torch
+from test_quaternion_layers import CASES
+from torch import nn
+
 from qsa.layers import QuaternionConv1d, QuaternionLinear
 from qsa.quantize import (
     Int8Config,
@@ -16,8 +19,6 @@ from qsa.quantize import (
     quantize_per_channel,
     unpack,
 )
-from test_quaternion_layers import CASES
-from torch import nn
 
 
 def sqnr_db(ref: torch.Tensor, test: torch.Tensor) -> float:

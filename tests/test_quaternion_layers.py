@@ -3,6 +3,9 @@ counts and MAC counts."""
 
 import pytest
 import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
 from qsa.layers import (
     QuaternionConv1d,
     QuaternionConv2d,
@@ -12,8 +15,6 @@ from qsa.layers import (
     conjugate,
     hamilton_product,
 )
-from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 
 
 def table_product(p, q):

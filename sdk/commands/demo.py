@@ -15,6 +15,11 @@ def run(args) -> int:
     from pathlib import Path
 
     import torch
+    from rich.console import Console
+    from rich.table import Table
+    from torch import nn
+    from torch.utils.flop_counter import FlopCounterMode
+
     from qsa.layers import (
         QuaternionConv1d,
         QuaternionConv2d,
@@ -23,10 +28,6 @@ def run(args) -> int:
     )
     from qsa.models.qtransformer import QTransformer, QTransformerConfig
     from qsa.quantize import Int8Config, load_packed, quantize_, save_packed
-    from rich.console import Console
-    from rich.table import Table
-    from torch import nn
-    from torch.utils.flop_counter import FlopCounterMode
 
     console = Console()
     torch.manual_seed(0)

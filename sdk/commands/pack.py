@@ -37,6 +37,7 @@ def run_inspect(args) -> int:
     import json
 
     import torch
+
     from qsa.quantize import read_packed
 
     tensors, meta = read_packed(args.file)
