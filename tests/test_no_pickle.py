@@ -39,9 +39,9 @@ def unsafe_loads(source: str) -> list[str]:
             problems.append(f"line {node.lineno}: torch.load without weights_only=True")
         if name == "torch.save":
             problems.append(f"line {node.lineno}: torch.save writes pickle; use safetensors")
-        if name.endswith(".load") and name.split(".")[0] in ("np", "numpy"):
-            if _kw(node, "allow_pickle") is True:
-                problems.append(f"line {node.lineno}: np.load(allow_pickle=True)")
+        numpy_load = name.endswith(".load") and name.split(".")[0] in ("np", "numpy")
+        if numpy_load and _kw(node, "allow_pickle") is True:
+            problems.append(f"line {node.lineno}: np.load(allow_pickle=True)")
     return problems
 
 
