@@ -19,6 +19,12 @@ COMMAND_MODULES = (
     "qsa.commands.pack",
     "qsa.commands.demo",
     "qsa.commands.lm",
+    "qsa.commands.live",
+    "qsa.commands.data",
+    "qsa.commands.train",
+    "qsa.commands.enhance",
+    "qsa.commands.eval",
+    "qsa.commands.export",
 )
 
 

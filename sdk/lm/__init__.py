@@ -1,0 +1,1 @@
+"""Byte-level language modelling: corpora, training, diagnostics, sweeps, export, profiling."""

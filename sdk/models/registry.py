@@ -26,7 +26,12 @@ class ModelEntry:
 _REGISTRY: dict[str, ModelEntry] = {}
 _PRESETS: dict[str, Callable[[], ModelConfig]] = {}
 # Modules that register models when imported (kept lazy: importing qsa stays cheap).
-MODEL_MODULES: list[str] = ["qsa.models.qtransformer"]
+MODEL_MODULES: list[str] = [
+    "qsa.models.qtransformer",
+    "qsa.models.lm",
+    "qsa.models.qcgan",
+    "qsa.models.discriminator",
+]
 
 
 def register_model(config_cls: type[ModelConfig], model_cls) -> None:

@@ -1,0 +1,751 @@
+"""The live pipeline: a sounddevice duplex stream, ring buffers and a worker thread.
+
+    device callback (PortAudio thread)          worker thread
+    indata ──copy──> in_ring ───────────────>  mix to mono -> soxr to 16 kHz -> hops ->
+    outdata <─copy── out_ring <──────────────  processor.process_hop -> soxr to device rate
+                     (prefilled with P zeros)   (+ the recording, the statistics)
+
+The callback only copies between PortAudio's buffers and preallocated ``SpscRing``s, counts
+xruns and stores the device latency in a preallocated slot: no array data is allocated, no
+lock is taken, no I/O is done (STYLE item 9). Everything else runs in the worker.
+
+Latency bookkeeping: every input sample produces one output sample, so the pipeline (rings,
+hop framing, resamplers) delays the signal by exactly the prefill ``P`` device samples; ``P``
+is the largest deficit of the hop/resampler chain (simulated for these rates and block size)
+plus one block for the callback order plus ``margin_blocks`` blocks for worker jitter. A late
+block (underrun) is played as zeros: the first ones grow the delay (an adaptive jitter
+buffer, up to ``max_growth_ms``: hosts that call back in bursts need it), later ones are
+skipped when they arrive, so the latency stays ``P + growth``. End-to-end = device round
+trip (PortAudio's DAC time - ADC time) + ``P + growth`` + the model's look-ahead =
+algorithmic latency + buffering latency.
+
+``--input-file``: the worker resamples the file to the device rate into a file ring; the
+callback feeds that ring to the pipeline in place of the microphone, so the same path runs.
+With a duplex device the microphone is still captured (recorded as a third channel, "mic"):
+with the output looped back to the input it measures the whole loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+import time
+
+import numpy as np
+
+from qsa.errors import AudioError, ConfigError, QsaError
+
+from .processors import Processor
+from .ring import SpscRing
+
+RESAMPLE_QUALITIES = ("QQ", "LQ", "MQ", "HQ", "VHQ")
+SFC_SET_UPDATE_HEADER_AUTO = 0x1061  # libsndfile: rewrite the WAV header after every write
+STAT_HOPS = 4096  # hop-time / energy history kept for the statistics (~33 s at 8 ms hops)
+
+
+def list_devices() -> str:
+    import sounddevice as sd
+
+    return str(sd.query_devices())
+
+
+@dataclasses.dataclass(frozen=True)
+class LiveOptions:
+    """What ``qsa live`` was asked to do (validated here, devices checked on open)."""
+
+    input_device: int | str | None = None
+    output_device: int | str | None = None
+    samplerate: int | None = None  # device rate; None: 16 kHz if accepted, else the default
+    block_ms: float = 10.0
+    channels: int | None = None  # device channels (1 or 2); None: 1 if accepted, else 2
+    input_file: str | None = None
+    record: str | None = None
+    bypass: bool = False
+    duration: float | None = None
+    resample_quality: str = "HQ"
+    latency: str | float = "high"  # PortAudio suggested latency (sounddevice's default)
+    margin_blocks: float = 1.0
+    max_growth_ms: float = 100.0  # how far the jitter buffer may grow after underruns
+
+    def __post_init__(self):
+        if not 1.0 <= self.block_ms <= 200.0:
+            raise ConfigError(f"--block-ms {self.block_ms}; expected 1 to 200 (10 is typical)")
+        if self.samplerate is not None and not 8000 <= self.samplerate <= 384000:
+            raise ConfigError(f"--samplerate {self.samplerate}; expected 8000 to 384000 Hz")
+        if self.channels is not None and self.channels not in (1, 2):
+            raise ConfigError(f"--channels {self.channels}; expected 1 or 2")
+        if self.duration is not None and self.duration <= 0:
+            raise ConfigError(f"--duration {self.duration}; expected a positive number of s")
+        if self.resample_quality not in RESAMPLE_QUALITIES:
+            raise ConfigError(
+                f"resample quality {self.resample_quality!r}; expected one of "
+                f"{RESAMPLE_QUALITIES}"
+            )
+        if self.margin_blocks < 0:
+            raise ConfigError(f"margin_blocks={self.margin_blocks}; expected >= 0")
+        if self.input_file is not None and not os.path.isfile(self.input_file):
+            raise AudioError(f"--input-file {self.input_file}: no such file")
+
+
+def _device_error(kind: str, device, err: Exception) -> QsaError:
+    name = "the default" if device is None else repr(device)
+    return QsaError(
+        f"{kind} device {name} is not available ({err}); list the devices with `qsa live -l` "
+        f"and pass --{kind}-device with a number or a name from that list"
+    )
+
+
+def raise_thread_priority(fifo_priority: int | None = None) -> str:
+    """Best effort: give the calling thread real-time (SCHED_FIFO, for the short bounded
+    callback) or a higher nice priority (the worker: a model slower than real time must not
+    monopolise a core at real-time priority); returns what was obtained ("normal" without
+    the privilege). Called once per thread, not in the steady-state callback path."""
+    tid = threading.get_native_id()
+    if fifo_priority is not None:
+        try:
+            os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(fifo_priority))
+            return "realtime"
+        except (OSError, AttributeError):
+            pass
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, -10)
+        return "nice -10"
+    except (OSError, AttributeError):
+        return "normal"
+
+
+def _resampler(sr_in: int, sr_out: int, quality: str):
+    if sr_in == sr_out:
+        return None
+    import soxr
+
+    return soxr.ResampleStream(sr_in, sr_out, 1, dtype="float32", quality=quality)
+
+
+def pipeline_deficit(sr_dev: int, sr_model: int, block: int, hop: int, quality: str) -> int:
+    """Largest number of device samples the resample/hop chain holds back, simulated on
+    silence for 3 s (soxr's streaming output comes in bursts that depend on rates and
+    quality)."""
+    rs_in = _resampler(sr_dev, sr_model, quality)
+    rs_out = _resampler(sr_model, sr_dev, quality)
+    zeros = np.zeros(block, np.float32)
+    acc = fed = produced = worst = 0
+    for _ in range(int(3 * sr_dev / block) + 1):
+        fed += block
+        acc += len(rs_in.resample_chunk(zeros)) if rs_in else block
+        n = acc // hop * hop
+        acc -= n
+        if n:
+            produced += len(rs_out.resample_chunk(np.zeros(n, np.float32))) if rs_out else n
+        worst = max(worst, fed - produced)
+    return worst
+
+
+class Recorder:
+    """Input and enhanced output (and the device microphone in --input-file mode) at the
+    model rate, float WAV. Written directly (not via a temporary file: a recording is a log)
+    with the header rewritten after every write, so a crash, Ctrl-C or a lost device leaves
+    a complete, valid file with everything up to the last hop."""
+
+    def __init__(self, path: str, sr: int, with_mic: bool):
+        import soundfile as sf
+
+        self.path = path
+        self.channels = 3 if with_mic else 2
+        self.with_mic = with_mic
+        try:
+            self.f = sf.SoundFile(
+                path, "w", samplerate=sr, channels=self.channels, subtype="FLOAT", format="WAV"
+            )
+        except (OSError, RuntimeError) as e:
+            raise AudioError(f"--record {path}: cannot write it ({e})") from None
+        sf._snd.sf_command(self.f._file, SFC_SET_UPDATE_HEADER_AUTO, sf._ffi.NULL, 1)
+        self._io: list[np.ndarray] = []  # pending (n, 2) rows waiting for mic samples
+        self._mic: list[np.ndarray] = []
+        self.frames = 0
+
+    def push(self, x: np.ndarray, y: np.ndarray) -> None:
+        rows = np.stack([x, y], axis=1)  # (n, 2)
+        if not self.with_mic:
+            self.f.write(rows)
+            self.frames += len(rows)
+            return
+        self._io.append(rows)
+        self._flush_aligned()
+
+    def push_mic(self, m: np.ndarray) -> None:
+        if self.with_mic and len(m):
+            self._mic.append(m)
+            self._flush_aligned()
+
+    def _flush_aligned(self, pad: bool = False) -> None:
+        io = np.concatenate(self._io) if self._io else np.zeros((0, 2), np.float32)
+        mic = np.concatenate(self._mic) if self._mic else np.zeros(0, np.float32)
+        n = max(len(io), len(mic)) if pad else min(len(io), len(mic))
+        if n == 0:
+            return
+        rows = np.zeros((n, 3), np.float32)  # (n, 3): input, output, mic
+        rows[: min(n, len(io)), :2] = io[:n]
+        rows[: min(n, len(mic)), 2] = mic[:n]
+        self.f.write(rows)
+        self.frames += n
+        self._io = [io[n:]] if len(io) > n else []
+        self._mic = [mic[n:]] if len(mic) > n else []
+
+    def close(self) -> None:
+        if self.f.closed:
+            return
+        try:
+            if self.with_mic:
+                self._flush_aligned(pad=True)
+        finally:
+            self.f.close()
+
+
+class LiveSession:
+    """One run of the live pipeline. ``open()`` checks devices and allocates everything,
+    ``start()`` starts the stream and the worker, ``stats()`` may be called any time,
+    ``close()`` stops and saves (idempotent; also via ``with``)."""
+
+    def __init__(self, processor: Processor, options: LiveOptions | None = None):
+        self.proc = processor
+        self.opt = options or LiveOptions()
+        self.bypass = bool(self.opt.bypass)
+        self.error: QsaError | None = None
+        self.stream = None
+        self.recorder: Recorder | None = None
+        self._stop = threading.Event()
+        self.restarts = 0  # stream reopened after PortAudio stopped it (devices still there)
+        self.max_restarts = 5
+        self._worker: threading.Thread | None = None
+        self._opened = False
+        self._closed = False
+
+    # -- setup ------------------------------------------------------------------------
+    def open(self) -> LiveSession:
+        import sounddevice as sd
+
+        opt, proc = self.opt, self.proc
+        self.sr_model = int(proc.sample_rate)
+        self.hop = int(proc.hop)
+        file_mode = opt.input_file is not None
+        out_info = self._query(sd, opt.output_device, "output")
+        try:
+            in_info = self._query(sd, opt.input_device, "input")
+        except QsaError:
+            if not file_mode or opt.input_device is not None:
+                raise
+            in_info = None  # --input-file on an output-only machine: no mic channel
+        self.in_name = in_info["name"] if in_info else None
+        self.out_name = out_info["name"]
+        self.duplex = in_info is not None
+        dev = (in_info["index"] if in_info else None, out_info["index"])
+        self.sr_dev = self._pick_rate(sd, dev, in_info, out_info)
+        self.ch_in, self.ch_out = self._pick_channels(sd, dev, in_info, out_info)
+        self.block = max(1, round(self.sr_dev * opt.block_ms / 1000.0))
+        B, sr = self.block, self.sr_dev
+        self.prefill = pipeline_deficit(sr, self.sr_model, B, self.hop, opt.resample_quality) + int(
+            np.ceil(B * (1.0 + opt.margin_blocks))
+        )
+
+        # rings (device rate) and the callback's scratch block
+        self.in_ring = SpscRing(2 * sr + 4 * B, 1 if file_mode else self.ch_in)
+        self.mic_ring = SpscRing(2 * sr + 4 * B, self.ch_in) if file_mode and self.duplex else None
+        self.file_ring = SpscRing(sr + 4 * B, 1) if file_mode else None
+        self.out_ring = SpscRing(2 * sr + self.prefill + 4 * B, 1)
+        self.out_ring.write_zeros(self.prefill)
+        self._cb_block = np.zeros((4 * B, 1), np.float32)  # (4B, 1) file block for the callback
+
+        # callback-owned counters (written only by the callback)
+        self.n_callbacks = 0
+        self.callback_priority: str | None = None
+        self.worker_priority: str | None = None
+        self.pa_input_overflows = 0
+        self.pa_output_underflows = 0
+        self.ring_overruns = 0  # input ring full: the worker stalled, a block was dropped
+        self.dropped_in = 0  # samples dropped with those overruns
+        self.ring_underruns = 0  # output ring short: a block was played (partly) as zeros
+        self.file_underruns = 0
+        self._late = 0  # samples played as zeros that will be skipped when they arrive
+        self.growth = 0  # samples the pipeline delay grew by after shortfalls (<= max_growth)
+        self.max_growth = int(round(opt.max_growth_ms / 1000 * sr))
+        self.file_eof = False
+        self._dev_latency = np.full(256, np.nan)  # seconds, DAC time - ADC time per callback
+
+        # worker-owned statistics
+        self.hops_done = 0
+        self._hop_time = np.zeros(STAT_HOPS)
+        self._e_in = np.zeros(STAT_HOPS)
+        self._e_out = np.zeros(STAT_HOPS)
+        self._dropped_seen = 0
+        self.out_ring_full = 0
+
+        # resamplers and the file
+        q = opt.resample_quality
+        self.rs_in = _resampler(sr, self.sr_model, q)
+        self.rs_mic = _resampler(sr, self.sr_model, q)
+        self.rs_out = _resampler(self.sr_model, sr, q)
+        self._acc = np.zeros(self.hop + 8 * B + 1024, np.float32)  # hop accumulator, 16 kHz
+        self._n_acc = 0
+        d = proc.signal_delay_samples
+        self._bypass_line = np.zeros(d + self.hop, np.float32)  # delay line for bypass
+        self._file = None
+        if file_mode:
+            import soundfile as sf
+
+            try:
+                self._file = sf.SoundFile(opt.input_file)
+            except (RuntimeError, OSError) as e:
+                raise AudioError(
+                    f"--input-file {opt.input_file}: not readable audio ({e})"
+                ) from None
+            self.rs_file = _resampler(self._file.samplerate, sr, q)
+            self._file_pending = np.zeros(0, np.float32)
+            self._file_read_all = False
+            self._file_done = False
+            self._feed_file()  # fill the file ring before the stream starts
+        if opt.record:
+            self.recorder = Recorder(opt.record, self.sr_model, with_mic=self.mic_ring is not None)
+        proc.reset()
+
+        try:
+            self.stream = self._make_stream(sd, dev)
+        except (sd.PortAudioError, ValueError) as e:
+            self._close_files()
+            raise QsaError(
+                f"cannot open the audio stream on input {self.in_name!r} / output "
+                f"{self.out_name!r} at {sr} Hz, {B}-frame blocks ({e}); check the devices "
+                "with `qsa live -l`, or pass --samplerate / --block-ms"
+            ) from None
+        self._opened = True
+        return self
+
+    def _make_stream(self, sd, dev):
+        kwargs = dict(
+            samplerate=self.sr_dev,
+            blocksize=self.block,
+            dtype="float32",
+            latency=self.opt.latency,
+            finished_callback=self._finished,
+        )
+        self._stream_finished = False
+        if self.duplex:
+            return sd.Stream(
+                device=dev, channels=(self.ch_in, self.ch_out), callback=self._callback, **kwargs
+            )
+        return sd.OutputStream(
+            device=dev[1], channels=self.ch_out, callback=self._out_callback, **kwargs
+        )
+
+    def _reopen(self) -> bool:
+        """After the stream died: reopen it on the same devices if they are still there
+        (PortAudio gives up on some recoverable xruns); False if a device is gone."""
+        import sounddevice as sd
+
+        self.restarts += 1
+        try:
+            self.stream.abort()
+            self.stream.close()
+        except Exception:  # the stream is already broken; it is replaced below
+            pass
+        try:
+            sd._terminate()  # re-enumerate: a vanished device must not be found again
+            sd._initialize()
+            devices = sd.query_devices()
+
+            def find(name, kind):
+                if name is None:
+                    return None
+                for i, d in enumerate(devices):
+                    if d["name"] == name and d[f"max_{kind}_channels"] > 0:
+                        return i
+                raise ValueError(f"{kind} device {name!r} is gone")
+
+            dev = (find(self.in_name, "input"), find(self.out_name, "output"))
+            self.stream = self._make_stream(sd, dev)
+            self.stream.start()
+        except Exception:
+            return False
+        self._seen_t = time.monotonic()
+        return True
+
+    @staticmethod
+    def _query(sd, device, kind):
+        try:
+            info = sd.query_devices(device, kind)
+        except (ValueError, sd.PortAudioError) as e:
+            raise _device_error(kind, device, e) from None
+        if not info or info.get(f"max_{kind}_channels", 0) < 1:
+            raise _device_error(kind, device, f"it has no {kind} channels")
+        return info
+
+    def _pick_rate(self, sd, dev, in_info, out_info) -> int:
+        if self.opt.samplerate:
+            return int(self.opt.samplerate)
+        try:
+            if in_info is not None:
+                sd.check_input_settings(dev[0], samplerate=self.sr_model, dtype="float32")
+            sd.check_output_settings(dev[1], samplerate=self.sr_model, dtype="float32")
+            return self.sr_model
+        except (sd.PortAudioError, ValueError):
+            return int((in_info or out_info)["default_samplerate"])
+
+    def _pick_channels(self, sd, dev, in_info, out_info) -> tuple[int, int]:
+        def pick(check, device, info, kind):
+            if self.opt.channels:
+                return min(self.opt.channels, info[f"max_{kind}_channels"])
+            try:
+                check(device, channels=1, samplerate=self.sr_dev, dtype="float32")
+                return 1
+            except (sd.PortAudioError, ValueError):
+                return min(2, info[f"max_{kind}_channels"])
+
+        cin = pick(sd.check_input_settings, dev[0], in_info, "input") if in_info else 0
+        return cin, pick(sd.check_output_settings, dev[1], out_info, "output")
+
+    # -- the audio callback: copies and counters only ------------------------------------
+    def _callback(self, indata, outdata, frames, time_info, status):
+        self.n_callbacks += 1
+        if self.callback_priority is None:  # once, on PortAudio's thread
+            self.callback_priority = raise_thread_priority(20)
+        if status.input_overflow:
+            self.pa_input_overflows += 1
+        if status.output_underflow:
+            self.pa_output_underflows += 1
+        self._dev_latency[self.n_callbacks % 256] = (
+            time_info.outputBufferDacTime - time_info.inputBufferAdcTime
+        )
+        if self.file_ring is None:
+            w = self.in_ring.write(indata)
+        else:
+            if self.mic_ring is not None:
+                self.mic_ring.write(indata)
+            w = self._file_into_pipeline(frames)
+        if w < frames:
+            self.ring_overruns += 1
+            self.dropped_in += frames - w
+        self._play(outdata, frames)
+
+    def _out_callback(self, outdata, frames, time_info, status):
+        self.n_callbacks += 1
+        if self.callback_priority is None:
+            self.callback_priority = raise_thread_priority(20)
+        if status.output_underflow:
+            self.pa_output_underflows += 1
+        self._dev_latency[self.n_callbacks % 256] = (
+            time_info.outputBufferDacTime - time_info.currentTime
+        )
+        w = self._file_into_pipeline(frames)
+        if w < frames:
+            self.ring_overruns += 1
+            self.dropped_in += frames - w
+        self._play(outdata, frames)
+
+    def _file_into_pipeline(self, frames: int) -> int:
+        block = self._cb_block[:frames]
+        n = self.file_ring.read_into(block)
+        if n < frames:
+            block[n:] = 0.0
+            if self._file_done:
+                self.file_eof = True
+            else:
+                self.file_underruns += 1
+        return self.in_ring.write(block)
+
+    def _play(self, outdata, frames: int) -> None:
+        ring = self.out_ring
+        if self._late:
+            k = min(self._late, ring.available() - frames)
+            if k > 0:
+                self._late -= ring.skip(k)
+        n = ring.read_into(outdata)
+        if n < frames:
+            outdata[n:] = 0.0
+            self.ring_underruns += 1
+            short = frames - n
+            # Adaptive jitter buffer: the first shortfalls (a host that calls back in bursts,
+            # a slow start) grow the delay, up to ``max_growth``; beyond it late samples are
+            # skipped so the latency stays bounded.
+            grow = min(short, self.max_growth - self.growth)
+            if grow > 0:
+                self.growth += grow
+                short -= grow
+            self._late += short
+
+    def _finished(self) -> None:
+        self._stream_finished = True
+
+    # -- the worker ---------------------------------------------------------------------
+    def _feed_file(self) -> None:
+        """Keep the file ring topped up (file -> mono -> device rate). ``_file_done`` (read
+        by the callback) turns true once the last sample is in the ring."""
+        ring = self.file_ring
+        while not self._file_done:
+            if len(self._file_pending):
+                w = ring.write(self._file_pending)
+                self._file_pending = self._file_pending[w:]
+                if len(self._file_pending):
+                    return
+            if self._file_read_all:
+                self._file_done = True
+                return
+            if ring.space() < self.block:
+                return
+            x = self._file.read(2048, dtype="float32", always_2d=True)  # (n, C)
+            self._file_read_all = len(x) < 2048
+            x = x.mean(axis=1) if x.shape[1] > 1 else x[:, 0]  # (n,) mono
+            if self.rs_file is not None:
+                x = self.rs_file.resample_chunk(x, last=self._file_read_all)
+            self._file_pending = np.ascontiguousarray(x, np.float32)
+
+    def _take(self, ring: SpscRing, resampler) -> np.ndarray:
+        n = ring.available()
+        if n <= 0:
+            return np.zeros(0, np.float32)
+        x = np.empty((n, ring.channels), np.float32)  # (n, C)
+        ring.read_into(x)
+        x = x.mean(axis=1) if ring.channels > 1 else x[:, 0]  # (n,) mono
+        if resampler is not None:
+            x = resampler.resample_chunk(x)
+        return np.ascontiguousarray(x, np.float32)
+
+    def _work_once(self) -> bool:
+        did = False
+        if self._file is not None:
+            self._feed_file()
+        if self.mic_ring is not None and self.mic_ring.available():
+            m = self._take(self.mic_ring, self.rs_mic)
+            if self.recorder is not None:
+                self.recorder.push_mic(m)
+            did = True
+        if not self.in_ring.available():
+            return did
+        x = self._take(self.in_ring, self.rs_in)
+        lost = self.dropped_in - self._dropped_seen
+        if lost:  # keep one output sample per input sample: stand in zeros for dropped ones
+            self._dropped_seen += lost
+            n16 = round(lost * self.sr_model / self.sr_dev)
+            x = np.concatenate([np.zeros(n16, np.float32), x])
+        self._process(x)
+        return True
+
+    def _process(self, x: np.ndarray) -> None:
+        hop, acc = self.hop, self._acc
+        if self._n_acc + len(x) > len(acc):
+            self._acc = acc = np.concatenate([acc[: self._n_acc], np.zeros(len(x), np.float32)])
+        acc[self._n_acc : self._n_acc + len(x)] = x
+        self._n_acc += len(x)
+        n_hops = self._n_acc // hop
+        if n_hops == 0:
+            return
+        ins = acc[: n_hops * hop].copy()
+        outs = np.empty(n_hops * hop, np.float32)
+        d = len(self._bypass_line) - hop
+        for t in range(n_hops):
+            s = slice(t * hop, (t + 1) * hop)
+            t0 = time.perf_counter()
+            self.proc.process_hop(ins[s], outs[s])
+            dt = time.perf_counter() - t0
+            line = self._bypass_line
+            line[d:] = ins[s]
+            if self.bypass:
+                outs[s] = line[:hop]
+            line[:d] = line[hop:]
+            k = self.hops_done % STAT_HOPS
+            self._hop_time[k] = dt
+            self._e_in[k] = float(np.dot(ins[s], ins[s])) / hop
+            self._e_out[k] = float(np.dot(outs[s], outs[s])) / hop
+            self.hops_done += 1
+        rest = self._n_acc - n_hops * hop
+        acc[:rest] = acc[n_hops * hop : self._n_acc]
+        self._n_acc = rest
+        if self.recorder is not None:
+            self.recorder.push(ins, outs)
+        y = self.rs_out.resample_chunk(outs) if self.rs_out is not None else outs
+        if self.out_ring.write(np.ascontiguousarray(y, np.float32)) < len(y):
+            self.out_ring_full += 1  # only when the device stopped pulling samples
+
+    def _demote_if_slow(self) -> None:
+        n = min(self.hops_done, STAT_HOPS, 256)
+        idx = np.arange(self.hops_done - n, self.hops_done) % STAT_HOPS
+        if float(np.mean(self._hop_time[idx])) > 0.8 * self.hop / self.sr_model:
+            with contextlib.suppress(OSError):
+                os.sched_setscheduler(threading.get_native_id(), os.SCHED_OTHER,
+                                      os.sched_param(0))  # fmt: skip
+            self.worker_priority = "demoted: " + raise_thread_priority()
+
+    def _worker_main(self) -> None:
+        import torch
+
+        torch.set_num_threads(1)
+        # Real-time like the callback (below it), as long as the model keeps up: a model
+        # slower than real time is demoted so it cannot monopolise a core.
+        self.worker_priority = raise_thread_priority(5)
+        poll = min(0.002, self.block / self.sr_dev / 4)
+        try:
+            while not self._stop.is_set():
+                if not self._work_once():
+                    time.sleep(poll)
+                elif self.worker_priority == "realtime" and self.hops_done >= 256:
+                    self._demote_if_slow()
+            while self._work_once():  # drain what the callback delivered before stopping
+                pass
+        except QsaError as e:
+            self.error = e
+        except Exception as e:  # a runtime failing mid-stream: report it, stop cleanly
+            self.error = QsaError(f"the model failed while streaming: {type(e).__name__}: {e}")
+
+    # -- control ------------------------------------------------------------------------
+    def start(self) -> None:
+        if not self._opened:
+            self.open()
+        self._worker = threading.Thread(target=self._worker_main, name="qsa-live", daemon=True)
+        self._worker.start()
+        self.t_start = time.monotonic()
+        self.stream.start()
+
+    def check_alive(self, stall_s: float = 2.0) -> None:
+        """Raise QsaError if the device vanished (stream died or callbacks stopped)."""
+        if self.error is not None:
+            raise self.error
+        now = time.monotonic()
+        if self.n_callbacks != getattr(self, "_seen_cb", -1):
+            self._seen_cb, self._seen_t = self.n_callbacks, now
+        stalled = now - getattr(self, "_seen_t", now) > stall_s
+        if self._stream_finished or not self.stream.active or stalled:
+            if self.restarts < self.max_restarts and self._reopen():
+                return
+            why = "the stream stopped" if not stalled else f"no audio for {stall_s:.0f} s"
+            self.error = QsaError(
+                f"audio device lost: input {self.in_name!r}, output {self.out_name!r} "
+                f"({why}); check the device is connected and see `qsa live -l`"
+            )
+            raise self.error
+
+    @property
+    def done(self) -> bool:
+        """--input-file played out (plus the pipeline tail), or --duration reached."""
+        if self.opt.duration is not None and self.elapsed >= self.opt.duration:
+            return True
+        if self.file_eof:
+            if not hasattr(self, "_eof_at"):
+                self._eof_at = self.n_callbacks
+            device = min(self.device_latency_s, 2.0)  # a confused host may report seconds
+            tail = self.prefill + self.growth + (device + 0.25) * self.sr_dev
+            return (self.n_callbacks - self._eof_at) * self.block >= tail
+        return False
+
+    @property
+    def elapsed(self) -> float:
+        return self.n_callbacks * self.block / self.sr_dev
+
+    @property
+    def device_latency_s(self) -> float:
+        lat = self._dev_latency[np.isfinite(self._dev_latency)]
+        lat = lat[lat > 0]
+        if lat.size:
+            return float(np.median(lat))
+        if self.stream is not None:
+            la = self.stream.latency
+            return float(sum(la) if isinstance(la, tuple | list) else la)
+        return 0.0
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.stream is not None:
+                try:
+                    self.stream.abort() if self.error else self.stream.stop()
+                    self.stream.close()
+                except Exception:  # the device may be gone already; we still save below
+                    pass
+        finally:
+            self._stop.set()
+            if self._worker is not None:
+                self._worker.join(timeout=10)
+            self._close_files()
+
+    def _close_files(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
+        if self._file is not None:
+            self._file.close()
+
+    def __enter__(self):
+        if not self._opened:
+            self.open()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- statistics ---------------------------------------------------------------------
+    def stats(self) -> dict:
+        """The figures of the live view, JSON-ready."""
+        n = min(self.hops_done, STAT_HOPS)
+        hop_s = self.hop / self.sr_model
+        t = self._hop_time[:n] if n else np.zeros(1)
+        e_in, e_out = self._e_in[:n], self._e_out[:n]
+        last = (np.arange(self.hops_done - min(n, 12), self.hops_done) % STAT_HOPS) if n else []
+
+        def dbfs(e):
+            return round(10 * np.log10(max(float(np.mean(e)), 1e-12)), 1) if len(e) else None
+
+        def snr(e):  # speech peaks over the noise floor: 90th over 10th percentile energy
+            if len(e) < 50:
+                return None
+            lo, hi = np.percentile(e, [10, 90])
+            return float(10 * np.log10(max(hi, 1e-12) / max(lo, 1e-12)))
+
+        s_in, s_out = snr(e_in), snr(e_out)
+        dev_ms = self.device_latency_s * 1000
+        pipe_ms = (self.prefill + self.growth) / self.sr_dev * 1000
+        alg_ms = self.proc.algorithmic_latency_samples / self.sr_model * 1000
+        buf_ms = dev_ms + pipe_ms - hop_s * 1000
+        return {
+            "t": round(self.elapsed, 2),
+            "model": self.proc.name,
+            "bypass": self.bypass,
+            "input_dbfs": dbfs(self._e_in[last]) if n else None,
+            "output_dbfs": dbfs(self._e_out[last]) if n else None,
+            "snr_in_db": None if s_in is None else round(s_in, 1),
+            "snr_out_db": None if s_out is None else round(s_out, 1),
+            "snr_gain_db": None if s_in is None or s_out is None else round(s_out - s_in, 1),
+            "hop_ms_median": round(float(np.median(t)) * 1000, 3),
+            "hop_ms_p99": round(float(np.percentile(t, 99)) * 1000, 3),
+            "hop_ms_max": round(float(np.max(t)) * 1000, 3),
+            "rtf": round(float(np.mean(t)) / hop_s, 4),
+            "latency_ms": {
+                "algorithmic": round(alg_ms, 2),
+                "buffering": round(buf_ms, 2),
+                "device": round(dev_ms, 2),
+                "pipeline": round(pipe_ms, 2),
+                "end_to_end": round(alg_ms + buf_ms, 2),
+            },
+            "overruns": self.ring_overruns + self.pa_input_overflows,
+            "underruns": self.ring_underruns + self.pa_output_underflows,
+            "xruns": {
+                "ring_overruns": self.ring_overruns,
+                "ring_underruns": self.ring_underruns,
+                "device_input_overflows": self.pa_input_overflows,
+                "device_output_underflows": self.pa_output_underflows,
+                "file_underruns": self.file_underruns,
+            },
+            "restarts": self.restarts,
+            "jitter_growth_ms": round(self.growth / self.sr_dev * 1000, 2),
+            "priority": {"callback": self.callback_priority, "worker": self.worker_priority},
+            "hops": self.hops_done,
+            "hop": self.hop,
+            "samplerate": self.sr_dev,
+            "block": self.block,
+            "channels": [self.ch_in, self.ch_out],
+            "input_device": self.in_name,
+            "output_device": self.out_name,
+            "recorded_s": (
+                round(self.recorder.frames / self.sr_model, 2) if self.recorder else None
+            ),
+        }

@@ -1,0 +1,275 @@
+"""The small interface the live pipeline runs, and adapters onto models and runtimes.
+
+A ``Processor`` turns one hop of mono input at ``sample_rate`` into one hop of output,
+keeping its streaming state between calls: ``process_hop(in_hop (hop,), out_hop (hop,))``
+writes into the caller's preallocated ``out_hop``. ``algorithmic_latency_samples`` counts the
+hop of frame collection plus the model's own delay (look-ahead, filter delay): the streamed
+output is the enhanced input delayed by ``algorithmic_latency_samples - hop`` samples, and
+that is the delay bypass applies so that toggling it does not shift the sound.
+
+Adapters: ``TorchStepProcessor`` (any torch module with ``init_state(batch)`` and
+``step(frame, *state)`` / ``step(frame, state)``, or a step module ``forward(frame, *state)``),
+``RuntimeProcessor`` (a ``qsa.export.runtimes.Runtime``: torch / onnx / executorch / litert /
+tflm), ``PassThrough``. ``load_processor(model, runtime, precision)`` builds one from CLI
+arguments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+from qsa.errors import ConfigError, QsaError
+
+MODEL_SR = 16000
+RUNTIMES = ("torch", "onnx", "executorch", "litert", "tflm")
+PRECISIONS = ("fp32", "int8")
+ARTIFACT_RUNTIME = {".onnx": "onnx", ".pte": "executorch", ".tflite": "litert"}
+PASSTHROUGH_NAME = "passthrough"
+
+
+class Processor:
+    """Base class: subclasses set hop / sample_rate / algorithmic_latency_samples / name."""
+
+    hop: int = 128
+    sample_rate: int = MODEL_SR
+    algorithmic_latency_samples: int = 128
+    name: str = "processor"
+
+    @property
+    def signal_delay_samples(self) -> int:
+        """Delay of the streamed output relative to its input, in model samples."""
+        return max(0, int(self.algorithmic_latency_samples) - int(self.hop))
+
+    def reset(self) -> None:
+        """Forget the streaming state (start of a new stream)."""
+
+    def process_hop(self, in_hop: np.ndarray, out_hop: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def process_offline(self, wave: np.ndarray) -> np.ndarray:
+        """Stream ``wave`` (T,) hop by hop from a fresh state -> (T // hop * hop,)."""
+        self.reset()
+        wave = np.asarray(wave, np.float32).reshape(-1)
+        n = len(wave) // self.hop
+        out = np.zeros(n * self.hop, np.float32)
+        for t in range(n):
+            s = slice(t * self.hop, (t + 1) * self.hop)
+            self.process_hop(wave[s], out[s])
+        self.reset()
+        return out
+
+
+class PassThrough(Processor):
+    """Identity with a hop of framing: for latency checks and as a bypass reference."""
+
+    def __init__(self, hop: int = 128, sample_rate: int = MODEL_SR):
+        self.hop = int(hop)
+        self.sample_rate = int(sample_rate)
+        self.algorithmic_latency_samples = self.hop
+        self.name = PASSTHROUGH_NAME
+
+    def process_hop(self, in_hop, out_hop):
+        out_hop[:] = in_hop
+
+
+def _int_attr(objs, names) -> int | None:
+    for obj in objs:
+        if obj is None:
+            continue
+        for name in names:
+            v = getattr(obj, name, None)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+    return None
+
+
+class TorchStepProcessor(Processor):
+    """Any streaming torch module: ``init_state(batch)`` plus ``step(frame, *state)`` (or
+    ``step(frame, state)``, or ``forward(frame, *state)`` on a step module), batch 1.
+
+    ``precision="int8"`` quantises the quaternion layers with ``qsa.quantize`` (a copy).
+    Frames go in through a preallocated buffer (the worker thread, not the audio callback,
+    runs this).
+    """
+
+    def __init__(self, module, precision: str = "fp32", name: str | None = None):
+        import torch
+
+        if precision not in PRECISIONS:
+            raise ConfigError(f"precision={precision!r}; expected one of {PRECISIONS}")
+        if not callable(getattr(module, "init_state", None)):
+            raise ConfigError(
+                f"{type(module).__name__} is not a streaming model: it needs init_state(batch) "
+                "and step(frame, *state) -> (out, *state); pick a causal model (e.g. qcgan-35k)"
+            )
+        if precision == "int8":
+            import copy
+
+            from qsa.quantize import Int8Config, int8_layers, quantize_
+
+            if not int8_layers(module):
+                module = quantize_(copy.deepcopy(module), Int8Config())
+        self._torch = torch
+        self.module = module.eval()
+        self.precision = precision
+        cfg = getattr(module, "config", None)
+        hop = _int_attr((module, cfg), ("hop", "hop_length", "hop_size", "frame_size"))
+        if hop is None:
+            raise ConfigError(
+                f"{type(module).__name__} has no integer `hop` (samples per streaming step)"
+            )
+        self.hop = hop
+        self.sample_rate = _int_attr((module, cfg), ("sample_rate", "sr")) or MODEL_SR
+        lat = _int_attr(
+            (module, cfg), ("algorithmic_latency_samples", "latency_samples", "latency")
+        )
+        self.algorithmic_latency_samples = lat if lat is not None else hop
+        self.name = name or type(module).__name__
+        step = getattr(module, "step", None)
+        self._fn = step if callable(step) else module
+        self._in = np.zeros((1, hop), np.float32)  # (1, hop), shared with self._in_t
+        self._in_t = torch.from_numpy(self._in)
+        # step(frame, *state) spreads the state; step(frame, state) takes it as one tuple.
+        self._tuple_state = False
+        try:
+            self.reset()
+            with torch.inference_mode():
+                try:
+                    self._call(self._in_t, self.state)
+                except TypeError:
+                    self._tuple_state = True
+                    self._call(self._in_t, self.state)
+        except Exception as e:  # a model that cannot stream: say which and why
+            raise ConfigError(
+                f"{self.name} ({precision}) cannot run its streaming step on a zero frame of "
+                f"{hop} samples: {type(e).__name__}: {e}"
+            ) from e
+
+    def reset(self) -> None:
+        with self._torch.inference_mode():
+            self.state = tuple(self.module.init_state(1))
+
+    def _call(self, frame, state):
+        if self._tuple_state:
+            out = self._fn(frame, state)
+        else:
+            out = self._fn(frame, *state)
+        if len(out) == 2 and isinstance(out[1], tuple | list):
+            return out[0], tuple(out[1])
+        return out[0], tuple(out[1:])
+
+    def process_hop(self, in_hop, out_hop):
+        self._in[0] = in_hop
+        with self._torch.inference_mode():
+            # a copy: a model may keep the frame itself in its state (e.g. a frame cache)
+            y, self.state = self._call(self._in_t.clone(), self.state)
+        out_hop[:] = y.reshape(-1).numpy()
+
+
+class RuntimeProcessor(Processor):
+    """A ``qsa.export.runtimes.Runtime`` (numpy ``step(frame (1, hop), state)``)."""
+
+    def __init__(
+        self,
+        runtime,
+        name: str | None = None,
+        algorithmic_latency_samples: int | None = None,
+        sample_rate: int = MODEL_SR,
+    ):
+        self.runtime = runtime
+        self.hop = int(runtime.hop)
+        self.sample_rate = int(sample_rate)
+        self.algorithmic_latency_samples = int(algorithmic_latency_samples or self.hop)
+        self.name = name or f"{getattr(runtime, 'kind', 'runtime')} runtime"
+        self._in = np.zeros((1, self.hop), np.float32)  # (1, hop)
+        self.reset()
+
+    def reset(self) -> None:
+        self.state = self.runtime.init_state()
+
+    def process_hop(self, in_hop, out_hop):
+        self._in[0] = in_hop
+        y, self.state = self.runtime.step(self._in, self.state)
+        out_hop[:] = np.asarray(y).reshape(-1)
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "qsa" / "live"
+
+
+def _model_key(model: str) -> str:
+    p = Path(model)
+    if p.is_file():
+        h = hashlib.sha256(p.read_bytes()).hexdigest()[:12]
+        return f"{p.stem}-{h}"
+    return model.replace("/", "_")
+
+
+def _load_module(model: str):
+    if model == PASSTHROUGH_NAME:
+        return None
+    from .reference import REFERENCE_NAME, QuaternionLowpass
+
+    if model == REFERENCE_NAME:
+        return QuaternionLowpass()
+    import qsa
+
+    return qsa.load(model, dequantize=False)
+
+
+def load_processor(
+    model: str,
+    runtime: str = "torch",
+    precision: str = "fp32",
+    cache_dir: str | os.PathLike | None = None,
+) -> Processor:
+    """A processor for ``model`` (a shipped name, a preset, a ``.qsa`` file, an exported
+    artifact ``.onnx`` / ``.pte`` / ``.tflite``, ``reference-lowpass`` or ``passthrough``)
+    on ``runtime`` at ``precision``. Non-torch runtimes export the model once into a cache
+    (``$XDG_CACHE_HOME/qsa/live``) with ``qsa.export.export_model`` and reuse it."""
+    if runtime not in RUNTIMES:
+        raise ConfigError(f"--runtime {runtime!r}; expected one of {', '.join(RUNTIMES)}")
+    if precision not in PRECISIONS:
+        raise ConfigError(f"--precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
+    suffix = Path(model).suffix.lower()
+    if suffix in ARTIFACT_RUNTIME:
+        if not Path(model).is_file():
+            raise ConfigError(f"--model {model}: no such file")
+        kind = runtime if runtime != "torch" else ARTIFACT_RUNTIME[suffix]
+        if suffix == ".tflite" and kind not in ("litert", "tflm"):
+            raise ConfigError(f"{model} is a TFLite model: use --runtime litert or tflm")
+        return _runtime_processor(kind, Path(model), Path(model).name)
+    module = _load_module(model)
+    if module is None:
+        return PassThrough()
+    if runtime == "torch":
+        return TorchStepProcessor(module, precision=precision, name=model)
+    try:
+        from qsa.export import export_model
+    except ImportError as e:
+        raise QsaError(f"--runtime {runtime} needs the qsa.export stack ({e})") from None
+    out_dir = Path(cache_dir or _cache_root()) / f"{_model_key(model)}-{runtime}-{precision}"
+    from qsa.export.exporters import ARTIFACT_NAMES
+
+    artifact = out_dir / ARTIFACT_NAMES[runtime]
+    if not artifact.is_file():
+        export_model(module, runtime, precision, out_dir=out_dir, model_name=model, force=True)
+    lat = TorchStepProcessor(module).algorithmic_latency_samples
+    return _runtime_processor(runtime, artifact, f"{model} ({runtime} {precision})", lat)
+
+
+def _runtime_processor(kind: str, artifact: Path, name: str, latency: int | None = None):
+    from qsa.export.runtimes import load_runtime
+
+    try:
+        rt = load_runtime(kind, artifact)
+    except QsaError:
+        raise
+    except Exception as e:  # runtime libraries raise their own types
+        raise QsaError(f"could not load {artifact} on {kind}: {e}") from None
+    return RuntimeProcessor(rt, name=name, algorithmic_latency_samples=latency)

@@ -1,0 +1,124 @@
+"""Showing a running ``LiveSession``: a rich Live panel (b toggles bypass, q quits) or JSON
+lines (``--json-stats``), and the loop that runs a session until it is done or stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import sys
+import time
+
+from .engine import LiveSession
+
+
+def _fmt(v, unit="", nd=1):
+    return "-" if v is None else f"{v:.{nd}f}{unit}"
+
+
+def render(stats: dict):
+    from rich.table import Table
+
+    lat = stats["latency_ms"]
+    t = Table(title=f"qsa live · {stats['model']}", show_header=False, expand=False)
+    t.add_column(justify="right", style="bold")
+    t.add_column()
+    mode = "[yellow]BYPASS[/]" if stats["bypass"] else "[green]enhancing[/]"
+    t.add_row("mode", f"{mode}   (b: toggle bypass, q: quit)")
+    t.add_row("devices", f"{stats['input_device']} -> {stats['output_device']}")
+    t.add_row(
+        "stream",
+        f"{stats['samplerate']} Hz, {stats['block']}-frame blocks, hop {stats['hop']}, "
+        f"{stats['t']:.1f} s",
+    )
+    t.add_row("input level", _fmt(stats["input_dbfs"], " dBFS"))
+    t.add_row("output level", _fmt(stats["output_dbfs"], " dBFS"))
+    t.add_row(
+        "SNR gain (est.)",
+        f"{_fmt(stats['snr_gain_db'], ' dB')}  (in {_fmt(stats['snr_in_db'], ' dB')}, "
+        f"out {_fmt(stats['snr_out_db'], ' dB')})",
+    )
+    t.add_row(
+        "time per hop",
+        f"median {stats['hop_ms_median']:.3f} ms, p99 {stats['hop_ms_p99']:.3f} ms, "
+        f"RTF {stats['rtf']:.3f}",
+    )
+    t.add_row(
+        "latency",
+        f"{lat['end_to_end']:.1f} ms = algorithmic {lat['algorithmic']:.1f} + buffering "
+        f"{lat['buffering']:.1f} (device {lat['device']:.1f})",
+    )
+    x = stats["xruns"]
+    t.add_row(
+        "over/underruns",
+        f"{stats['overruns']} / {stats['underruns']}  (ring {x['ring_overruns']}/"
+        f"{x['ring_underruns']}, device {x['device_input_overflows']}/"
+        f"{x['device_output_underflows']})",
+    )
+    if stats["recorded_s"] is not None:
+        t.add_row("recorded", f"{stats['recorded_s']:.1f} s")
+    return t
+
+
+@contextlib.contextmanager
+def _keys():
+    """Yield a function returning the keys pressed since the last call ('' when none);
+    a terminal in cbreak mode while active, nothing when stdin is not a terminal."""
+    if not sys.stdin.isatty():
+        yield lambda: ""
+        return
+    import termios
+    import tty
+
+    fd = sys.stdin.fileno()
+    old = termios.tcgetattr(fd)
+    tty.setcbreak(fd)
+
+    def read():
+        out = ""
+        while select.select([fd], [], [], 0)[0]:
+            out += os.read(fd, 32).decode(errors="ignore")
+        return out
+
+    try:
+        yield read
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, old)
+
+
+def run_session(session: LiveSession, json_stats: bool = False, interval: float = 1.0) -> dict:
+    """Start ``session`` and show it until done, 'q', Ctrl-C or a device error (raised as
+    QsaError after everything is saved). Returns the final statistics."""
+    session.start()
+    try:
+        if json_stats:
+            next_t = time.monotonic() + interval
+            while not session.done:
+                time.sleep(0.05)
+                session.check_alive()
+                if time.monotonic() >= next_t:
+                    next_t = time.monotonic() + interval
+                    print(json.dumps(session.stats()), flush=True)
+        else:
+            from rich.live import Live
+
+            with _keys() as keys, Live(render(session.stats()), refresh_per_second=4) as live:
+                while not session.done:
+                    time.sleep(0.1)
+                    session.check_alive()
+                    k = keys().lower()
+                    if "b" in k:
+                        session.bypass = not session.bypass
+                    if "q" in k:
+                        break
+                    live.update(render(session.stats()))
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how a live session is stopped: save and report below
+    finally:
+        session.close()
+    final = session.stats()
+    final["final"] = True
+    if json_stats:
+        print(json.dumps(final), flush=True)
+    return final

@@ -1,0 +1,272 @@
+"""One interface over every place a streaming model runs.
+
+``load_runtime(kind, artifact)`` returns a ``Runtime`` with numpy in/out:
+
+* ``init_state()`` -> list of float32 arrays (zeros, the shapes of the step's state inputs);
+* ``step(frame (1, hop), state) -> (out (1, hop), new_state)``;
+* ``run_utterance(wave (T,)) -> (T // hop * hop,)``, streaming frame by frame.
+
+kinds: ``torch`` (a step module, or a packed ``.qsa`` file: eager fp32, or the packed-int8
+reference with ``precision="int8"``), ``onnx`` (onnxruntime), ``executorch`` (``.pte``,
+XNNPACK delegate, ``executorch.runtime``), ``litert`` (``ai_edge_litert`` interpreter),
+``tflm`` (``tflite_micro`` interpreter; ``arena_size`` bytes). Full-int8 TFLite models take and
+give int8 tensors; the runtime quantises inputs and dequantises outputs with the tensors' own
+scale/zero point, so callers always see float32.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ExportError
+
+KINDS = ("torch", "onnx", "executorch", "litert", "tflm")
+
+
+class Runtime:
+    """Base: subclasses implement ``_run(inputs: list[np.ndarray]) -> list[np.ndarray]``."""
+
+    kind = "base"
+
+    def __init__(self, hop: int, state_shapes: list[tuple[int, ...]]):
+        self.hop = int(hop)
+        self.state_shapes = [tuple(int(d) for d in s) for s in state_shapes]
+
+    def init_state(self) -> list[np.ndarray]:
+        return [np.zeros(s, np.float32) for s in self.state_shapes]
+
+    def _run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def step(self, frame: np.ndarray, state: list[np.ndarray]):
+        frame = np.ascontiguousarray(np.asarray(frame, np.float32).reshape(1, self.hop))
+        if len(state) != len(self.state_shapes):
+            raise ExportError(
+                f"{self.kind} runtime: got {len(state)} state tensors, the model has "
+                f"{len(self.state_shapes)}; start from runtime.init_state()"
+            )
+        ins = [frame] + [np.ascontiguousarray(np.asarray(s, np.float32)) for s in state]
+        outs = self._run(ins)
+        return outs[0].reshape(1, self.hop), list(outs[1:])
+
+    def run_utterance(self, wave: np.ndarray) -> np.ndarray:
+        wave = np.asarray(wave, np.float32).reshape(-1)
+        n = len(wave) // self.hop
+        state = self.init_state()
+        out = np.empty(n * self.hop, np.float32)
+        for t in range(n):
+            y, state = self.step(wave[t * self.hop : (t + 1) * self.hop], state)
+            out[t * self.hop : (t + 1) * self.hop] = y.reshape(-1)
+        return out
+
+
+class TorchRuntime(Runtime):
+    kind = "torch"
+
+    def __init__(self, step_module, precision: str = "fp32"):
+        import torch
+
+        from .step import as_step_module
+
+        if isinstance(step_module, str | os.PathLike):
+            from qsa.hub import load
+
+            step_module = load(step_module, dequantize=precision == "fp32")
+        self.module = as_step_module(step_module)
+        if precision == "int8":
+            from qsa.quantize import Int8Config, int8_layers, quantize_
+
+            if not int8_layers(self.module):
+                import copy
+
+                self.module = quantize_(copy.deepcopy(self.module), Int8Config())
+        self.precision = precision
+        self._torch = torch
+        super().__init__(self.module.hop, [tuple(s.shape) for s in self.module.init_state(1)])
+
+    def _run(self, inputs):
+        torch = self._torch
+        with torch.no_grad():
+            outs = self.module(*(torch.from_numpy(x) for x in inputs))
+        return [o.detach().numpy().astype(np.float32, copy=False) for o in outs]
+
+
+class OnnxRuntime(Runtime):
+    kind = "onnx"
+
+    def __init__(self, path: str | os.PathLike, threads: int = 1):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.log_severity_level = 3
+        self.session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        ins = self.session.get_inputs()
+        self.input_names = [i.name for i in ins]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        super().__init__(ins[0].shape[-1], [tuple(i.shape) for i in ins[1:]])
+
+    def _run(self, inputs):
+        return self.session.run(self.output_names, dict(zip(self.input_names, inputs, strict=True)))
+
+
+class ExecuTorchRuntime(Runtime):
+    kind = "executorch"
+
+    def __init__(self, path: str | os.PathLike, hop: int, state_shapes):
+        import torch
+        from executorch.runtime import Runtime as ETRuntime
+
+        self._torch = torch
+        try:
+            self.program = ETRuntime.get().load_program(Path(path))
+            self.method = self.program.load_method("forward")
+        except RuntimeError as e:
+            raise ExportError(
+                f"the ExecuTorch runtime cannot load {path}: {e} (an XNNPACK delegate that "
+                "fails to compile at init; the executorch int8 export of this graph is a known "
+                "open issue, see the export report)"
+            ) from None
+        super().__init__(hop, state_shapes)
+
+    def _run(self, inputs):
+        outs = self.method.execute([self._torch.from_numpy(x) for x in inputs])
+        return [o.numpy().astype(np.float32, copy=True) for o in outs]
+
+
+def _quantize(x: np.ndarray, dtype, scale: float, zero_point: int) -> np.ndarray:
+    info = np.iinfo(dtype)
+    q = np.round(x / scale) + zero_point
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
+def _dequantize(q: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
+    return ((q.astype(np.float32) - zero_point) * scale).astype(np.float32)
+
+
+class _TfliteIO:
+    """Quantisation parameters of a TFLite model's inputs/outputs, in signature order."""
+
+    def __init__(self, ins: list[dict], outs: list[dict]):
+        self.ins, self.outs = ins, outs
+
+    def encode(self, i: int, x: np.ndarray) -> np.ndarray:
+        d = self.ins[i]
+        if d["dtype"] == np.float32:
+            return x.astype(np.float32, copy=False)
+        return _quantize(x, d["dtype"], d["scale"], d["zero_point"])
+
+    def decode(self, i: int, q: np.ndarray) -> np.ndarray:
+        d = self.outs[i]
+        if d["dtype"] == np.float32:
+            return q.astype(np.float32, copy=True)
+        return _dequantize(q, d["scale"], d["zero_point"])
+
+
+def _detail(d: dict) -> dict:
+    qp = d.get("quantization_parameters") or {}
+    scales = np.asarray(qp.get("scales", []), np.float64)
+    zps = np.asarray(qp.get("zero_points", []), np.int64)
+    if scales.size == 0 and "quantization" in d:
+        s, z = d["quantization"]
+        scales, zps = np.array([s]), np.array([z])
+    return {
+        "dtype": np.dtype(d["dtype"]).type,
+        "shape": tuple(int(v) for v in d["shape"]),
+        "scale": float(scales[0]) if scales.size else 0.0,
+        "zero_point": int(zps[0]) if zps.size else 0,
+    }
+
+
+class LiteRTRuntime(Runtime):
+    kind = "litert"
+
+    def __init__(self, path: str | os.PathLike, threads: int = 1):
+        from ai_edge_litert.interpreter import Interpreter
+
+        self.interpreter = Interpreter(model_path=str(path), num_threads=threads)
+        self.interpreter.allocate_tensors()
+        ins = self.interpreter.get_input_details()
+        outs = self.interpreter.get_output_details()
+        self.in_index = [d["index"] for d in ins]
+        self.out_index = [d["index"] for d in outs]
+        self.io = _TfliteIO([_detail(d) for d in ins], [_detail(d) for d in outs])
+        shapes = [d["shape"] for d in self.io.ins]
+        super().__init__(shapes[0][-1], shapes[1:])
+
+    def _run(self, inputs):
+        it = self.interpreter
+        for k, (idx, x) in enumerate(zip(self.in_index, inputs, strict=True)):
+            it.set_tensor(idx, self.io.encode(k, x))
+        it.invoke()
+        return [self.io.decode(k, it.get_tensor(idx)) for k, idx in enumerate(self.out_index)]
+
+
+class TFLMRuntime(Runtime):
+    kind = "tflm"
+
+    def __init__(self, path: str | os.PathLike, arena_size: int | None = None):
+        from tflite_micro.python.tflite_micro import runtime
+
+        self.path = str(path)
+        self.arena_size = arena_size
+        try:
+            self.interpreter = runtime.Interpreter.from_file(self.path, arena_size=arena_size)
+        except Exception as e:  # the TFLM binding raises RuntimeError/ValueError variants
+            raise ExportError(f"TFLM could not load {path} (arena {arena_size}): {e}") from None
+        from .tflm import _quiet_native_output
+
+        ins, outs = [], []
+        with _quiet_native_output():  # probing past the last input prints a C++ error
+            while True:
+                try:
+                    ins.append(_detail(self.interpreter.get_input_details(len(ins))))
+                except Exception:
+                    break
+        for k in range(len(ins)):
+            outs.append(_detail(self.interpreter.get_output_details(k)))
+        self.io = _TfliteIO(ins, outs)
+        super().__init__(ins[0]["shape"][-1], [d["shape"] for d in ins[1:]])
+
+    def _run(self, inputs):
+        it = self.interpreter
+        for k, x in enumerate(inputs):
+            it.set_input(self.io.encode(k, x).reshape(self.io.ins[k]["shape"]), k)
+        it.invoke()
+        return [self.io.decode(k, it.get_output(k)) for k in range(len(self.io.outs))]
+
+
+def load_runtime(kind: str, artifact, **kwargs) -> Runtime:
+    """A runtime of ``kind`` (one of KINDS) for ``artifact`` (see the module docstring).
+
+    executorch needs ``hop`` and ``state_shapes`` (the .pte carries no input metadata the
+    Python runtime exposes); the exporter's report.json has both.
+    """
+    if kind == "torch":
+        return TorchRuntime(artifact, **kwargs)
+    if kind == "onnx":
+        return OnnxRuntime(artifact, **kwargs)
+    if kind == "executorch":
+        if "hop" not in kwargs or "state_shapes" not in kwargs:
+            report = Path(artifact).with_name("report.json")
+            if report.is_file():
+                import json
+
+                r = json.loads(report.read_text())
+                kwargs.setdefault("hop", r["io"]["hop"])
+                kwargs.setdefault("state_shapes", r["io"]["state_shapes"])
+            else:
+                raise ExportError(
+                    f"executorch runtime for {artifact}: pass hop= and state_shapes= (or keep "
+                    "the report.json written next to the .pte)"
+                )
+        return ExecuTorchRuntime(artifact, **kwargs)
+    if kind == "litert":
+        return LiteRTRuntime(artifact, **kwargs)
+    if kind == "tflm":
+        return TFLMRuntime(artifact, **kwargs)
+    raise ExportError(f"unknown runtime kind {kind!r}; expected one of {KINDS}")

@@ -1,0 +1,132 @@
+"""``qsa live``: hear a model enhance the microphone in real time (or a file played as one).
+
+Examples::
+
+    qsa live -l                                    # list audio devices
+    qsa live --model qcgan-35k --runtime litert --precision int8
+    qsa live --input-file noisy.wav --record out.wav --json-stats
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def int_or_str(text: str):
+    """Device argument: a device number or (part of) a device name, as sounddevice takes."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "live",
+        help="enhance the microphone live (duplex audio stream, terminal view)",
+        description=(
+            "Enhance the microphone (or --input-file played as one) in real time and play the "
+            "result; b toggles bypass, q or Ctrl-C stops. Devices sample rates other than the "
+            "model's 16 kHz are resampled (soxr) in the stream."
+        ),
+    )
+    p.add_argument("-l", "--list-devices", action="store_true", help="list audio devices, exit")
+    p.add_argument(
+        "--model",
+        default="qcgan-35k",
+        help="shipped model name, .qsa file, exported .onnx/.pte/.tflite, 'reference-lowpass' "
+        "or 'passthrough' (default: %(default)s)",
+    )
+    p.add_argument(
+        "--runtime",
+        default="torch",
+        choices=("tflm", "litert", "executorch", "onnx", "torch"),
+        help="engine that runs the streaming step (default: %(default)s)",
+    )
+    p.add_argument("--precision", default="fp32", choices=("int8", "fp32"))
+    p.add_argument("-i", "--input-device", type=int_or_str, help="input device (number or name)")
+    p.add_argument("-o", "--output-device", type=int_or_str, help="output device (number/name)")
+    p.add_argument(
+        "--samplerate",
+        type=int,
+        help="device sample rate (default: 16000 if the " "devices take it, else their default)",
+    )
+    p.add_argument(
+        "--channels",
+        type=int,
+        choices=(1, 2),
+        help="device channels (default: 1 " "if accepted, else 2)",
+    )
+    p.add_argument("--block-ms", type=float, default=10.0, help="audio block (default: 10 ms)")
+    p.add_argument(
+        "--latency",
+        default="high",
+        help="PortAudio suggested latency: low, high or seconds (default: high, robust on "
+        "PulseAudio and busy machines; low on a direct ALSA device for the least delay)",
+    )
+    p.add_argument(
+        "--resample-quality",
+        default="HQ",
+        choices=("QQ", "LQ", "MQ", "HQ", "VHQ"),
+        help="soxr quality when resampling (QQ: least latency; default: HQ)",
+    )
+    p.add_argument(
+        "--record",
+        metavar="OUT.wav",
+        help="write input and enhanced output (and, with --input-file, the device "
+        "microphone) as a float WAV at the model rate",
+    )
+    p.add_argument("--input-file", metavar="IN.wav", help="play this file as the microphone")
+    p.add_argument("--bypass", action="store_true", help="start in bypass (input passes through)")
+    p.add_argument("--json-stats", action="store_true", help="print statistics as JSON lines")
+    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    p.set_defaults(func=run)
+
+
+def _latency(text: str):
+    if text in ("low", "high"):
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        from qsa.errors import ConfigError
+
+        raise ConfigError(f"--latency {text!r}; expected low, high or seconds") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from qsa.apps.live import LiveOptions, LiveSession, list_devices, load_processor, run_session
+
+    if args.list_devices:
+        print(list_devices())
+        return 0
+    opts = LiveOptions(
+        input_device=args.input_device,
+        output_device=args.output_device,
+        samplerate=args.samplerate,
+        block_ms=args.block_ms,
+        channels=args.channels,
+        input_file=args.input_file,
+        record=args.record,
+        bypass=args.bypass,
+        duration=args.duration,
+        resample_quality=args.resample_quality,
+        latency=_latency(args.latency),
+    )
+    processor = load_processor(args.model, args.runtime, args.precision)
+    # The callback needs the GIL promptly: let the worker thread give it up every 0.5 ms.
+    sys.setswitchinterval(0.0005)
+    session = LiveSession(processor, opts).open()
+    final = run_session(session, json_stats=args.json_stats)
+    if not args.json_stats:
+        x = final["latency_ms"]
+        print(
+            f"qsa live: {final['t']:.1f} s, {final['hops']} hops, hop p99 "
+            f"{final['hop_ms_p99']:.3f} ms, latency {x['end_to_end']:.1f} ms, over/underruns "
+            f"{final['overruns']}/{final['underruns']}"
+            + (f", recorded {args.record}" if args.record else ""),
+            file=sys.stderr,
+        )
+    return 0

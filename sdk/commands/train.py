@@ -1,0 +1,56 @@
+"""`qsa train MODEL --data SPEC`: MetricGAN training of a QC-GAN enhancer."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="train a QC-GAN speech enhancer (MetricGAN)",
+                       description="Runs data-parallel under torchrun --nproc-per-node N.")
+    p.add_argument("model", help="model preset, e.g. qcgan-35k, qcgan-0.89m")
+    p.add_argument("--data", required=True,
+                   help="synth:DIR | voicebank:DIR | dns:DIR (paired train/val sets)")
+    p.add_argument("--out", default=None, help="run folder (default runs/MODEL)")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--max-steps", type=int, default=0, help="stop after N steps (0: no cap)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--segment", type=float, default=2.0, help="crop length in seconds")
+    p.add_argument("--lr", type=float, default=1e-3, help="generator learning rate")
+    p.add_argument("--lr-d", type=float, default=5e-4, help="discriminator learning rate")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--pesq-workers", type=int, default=2)
+    p.add_argument("--no-metric-gan", action="store_true",
+                   help="train with the reconstruction losses only (no discriminator)")
+    p.add_argument("--metric-start", type=int, default=0,
+                   help="global step from which the MetricGAN loss is used")
+    p.add_argument("--val-items", type=int, default=32)
+    p.add_argument("--ckpt-every", type=int, default=100)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    p.add_argument("--force", action="store_true", help="start over in an existing OUT")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from qsa.errors import QsaError
+    from qsa.train.se import TrainConfig, train_from_config
+
+    out = args.out or f"runs/{args.model}"
+    cfg = TrainConfig(
+        model=args.model, data=args.data, out=out, epochs=args.epochs, max_steps=args.max_steps,
+        batch_size=args.batch_size, segment_seconds=args.segment, lr_g=args.lr, lr_d=args.lr_d,
+        seed=args.seed, pesq_workers=args.pesq_workers, metric_gan=not args.no_metric_gan,
+        metric_start=args.metric_start, val_items=args.val_items, ckpt_every=args.ckpt_every,
+        threads=args.threads,
+    )
+    from pathlib import Path
+
+    ck = Path(out) / "checkpoint.safetensors"
+    if ck.exists() and not (args.resume or args.force):
+        raise QsaError(f"{out} already holds a run; pass --resume to continue it or --force "
+                       "to start over")
+    result = train_from_config(cfg, resume=args.resume, progress=not args.no_progress)
+    if result.get("files"):
+        for f in result["files"]:
+            print(f"wrote {f}")
+    return 0

@@ -1,0 +1,172 @@
+"""Speech enhancement of arrays and files: ``qsa.enhance(audio, sr)`` and ``qsa enhance``.
+
+Files of any length stream through in blocks (bounded memory): read -> mix to mono ->
+resample to the model rate (soxr, streaming) -> enhance in chunks with left (and, for
+look-ahead models, right) context -> resample back to the original rate -> written to a
+temporary file that is renamed over the output only when complete.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from .errors import AudioError, QsaError
+from .fileio import atomic_path
+
+MODEL_SR = 16000
+AUDIO_EXTS = (".wav", ".flac", ".ogg")
+
+
+def _model_rate(model: nn.Module) -> int:
+    return int(getattr(getattr(model, "config", None), "sample_rate", MODEL_SR))
+
+
+def _context(model: nn.Module) -> tuple[int, int]:
+    """(left, right) context in samples that makes chunked processing match offline.
+
+    Causal models declare their receptive field and STFT look-ahead: chunks then reproduce
+    the offline output exactly. Look-ahead models get 2 s of context on both sides.
+    """
+    cfg = getattr(model, "config", None)
+    sr = _model_rate(model)
+    causal = bool(getattr(cfg, "causal", False))
+    left = getattr(model, "receptive_field_samples", None) if causal else None
+    right = getattr(model, "lookahead_samples", None) if causal else None
+    return int(left if left is not None else 2 * sr), int(right if right is not None else 2 * sr)
+
+
+@torch.no_grad()
+def _run(model: nn.Module, x: np.ndarray) -> np.ndarray:
+    y = model(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))[None])
+    return y[0].numpy()
+
+
+def enhance_chunks(
+    model: nn.Module, blocks: Iterator[np.ndarray], chunk: int, left: int, right: int
+) -> Iterator[np.ndarray]:
+    """Enhance a stream of mono blocks at the model rate, yielding output blocks in order.
+
+    Each chunk of ``chunk`` samples is processed with ``left`` samples of history and
+    ``right`` samples of future; only its own part of the output is kept.
+    """
+    buf = np.zeros(0, np.float32)
+    hist = np.zeros(0, np.float32)
+    for b in blocks:
+        buf = np.concatenate([buf, b.astype(np.float32, copy=False)])
+        while len(buf) >= chunk + right:
+            seg = np.concatenate([hist, buf[: chunk + right]])
+            y = _run(model, seg)
+            yield y[len(hist) : len(hist) + chunk]
+            hist = np.concatenate([hist, buf[:chunk]])[-left:] if left else hist[:0]
+            buf = buf[chunk:]
+    if len(buf):
+        seg = np.concatenate([hist, buf])
+        y = _run(model, seg)
+        yield y[len(hist) :]
+
+
+def enhance(audio, sr: int, model: nn.Module | str = "qcgan-35k") -> np.ndarray:
+    """Enhance a mono (N,) or multichannel (N, C) float array at rate ``sr``; returns mono
+    at ``sr``."""
+    import soxr
+
+    from .hub import load
+
+    model = load(model) if isinstance(model, str | os.PathLike) else model
+    x = np.asarray(audio)
+    if x.ndim == 2:
+        x = x.mean(axis=1)
+    if x.ndim != 1 or x.size == 0:
+        raise AudioError(f"audio of shape {np.shape(audio)}: expected (N,) or (N, C), N > 0")
+    if not np.all(np.isfinite(x)):
+        raise AudioError("audio contains NaN or Inf samples; clean or re-export the input")
+    msr = _model_rate(model)
+    x16 = soxr.resample(x.astype(np.float32), sr, msr) if sr != msr else x.astype(np.float32)
+    left, right = _context(model)
+    y = np.concatenate(list(enhance_chunks(model, iter([x16]), 10 * msr, left, right)))
+    y = soxr.resample(y, msr, sr) if sr != msr else y
+    return y[: len(x)] if len(y) >= len(x) else np.pad(y, (0, len(x) - len(y)))
+
+
+def enhance_file(
+    model: nn.Module, src: Path, dst: Path, force: bool = False, block_s: float = 10.0,
+    notice=print,
+) -> dict:
+    """Enhance one file into ``dst`` (mono, original rate, same format family)."""
+    import soundfile as sf
+    import soxr
+
+    if src.resolve() == dst.resolve():
+        raise QsaError(f"output {dst} is the input file; choose another output path")
+    if dst.exists() and not force:
+        raise QsaError(f"{dst} already exists; pass --force to overwrite it")
+    try:
+        f = sf.SoundFile(str(src))
+    except FileNotFoundError:
+        raise AudioError(f"{src}: no such file") from None
+    except (sf.LibsndfileError, RuntimeError) as e:
+        raise AudioError(f"{src}: not a readable audio file ({e})") from None
+    with f:
+        sr, ch, n = f.samplerate, f.channels, f.frames
+        if n == 0:
+            raise AudioError(f"{src}: the file holds no samples")
+        msr = _model_rate(model)
+        if ch > 1:
+            notice(f"{src}: {ch} channels mixed to mono")
+        if sr != msr:
+            notice(f"{src}: {sr} Hz resampled to {msr} Hz for the model and back")
+        rs_in = soxr.ResampleStream(sr, msr, 1, dtype="float32") if sr != msr else None
+        rs_out = soxr.ResampleStream(msr, sr, 1, dtype="float32") if sr != msr else None
+        block = max(1, int(block_s * sr))
+
+        def blocks():
+            for i, b in enumerate(f.blocks(blocksize=block, dtype="float32", always_2d=True)):
+                if not np.all(np.isfinite(b)):
+                    raise AudioError(f"{src}: NaN or Inf samples near {i * block_s:.0f} s")
+                m = b.mean(axis=1)
+                last = f.tell() >= n
+                yield rs_in.resample_chunk(m, last=last) if rs_in else m
+
+        left, right = _context(model)
+        subtype = "PCM_16" if dst.suffix.lower() != ".ogg" else "VORBIS"
+        written = 0
+        with atomic_path(dst, force=True) as tmp:
+            with sf.SoundFile(str(tmp), "w", samplerate=sr, channels=1, subtype=subtype,
+                              format=dst.suffix.lstrip(".").upper() or "WAV") as out:
+                for y in enhance_chunks(model, blocks(), 10 * msr, left, right):
+                    z = rs_out.resample_chunk(y, last=False) if rs_out else y
+                    z = z[: max(0, n - written)]
+                    out.write(np.clip(z, -1.0, 1.0))
+                    written += len(z)
+                if rs_out is not None:
+                    z = rs_out.resample_chunk(np.zeros(0, np.float32), last=True)[: n - written]
+                    out.write(np.clip(z, -1.0, 1.0))
+                    written += len(z)
+                if written < n:  # resampler group delay: pad the tail to the input length
+                    out.write(np.zeros(n - written, np.float32))
+                    written = n
+    return {"input": str(src), "output": str(dst), "samplerate": sr, "channels_in": ch,
+            "seconds": n / sr}
+
+
+def enhance_path(model: nn.Module, src: Path, dst: Path, force: bool = False, notice=print):
+    """A file or a folder of audio files (mirrored into ``dst``)."""
+    if src.is_dir():
+        files = sorted(p for p in src.rglob("*") if p.suffix.lower() in AUDIO_EXTS)
+        if not files:
+            raise AudioError(f"{src}: folder holds no {'/'.join(AUDIO_EXTS)} files")
+        if dst.exists() and not dst.is_dir():
+            raise QsaError(f"{dst} exists and is not a folder; the input is a folder")
+        return [enhance_file(model, p, dst / p.relative_to(src), force, notice=notice)
+                for p in files]
+    if not src.exists():
+        raise AudioError(f"{src}: no such file or folder")
+    if dst.is_dir():
+        dst = dst / src.name
+    return [enhance_file(model, src, dst, force, notice=notice)]

@@ -1,0 +1,576 @@
+"""QC-GAN: Quaternion Conformer GAN generators for speech enhancement (16 kHz).
+
+Cost, measured (trainable params; MACs with torch.utils.flop_counter.FlopCounterMode, MACs =
+flops / 2: streaming step x hops/s, STFT/iSTFT basis matmuls included, elementwise ops not
+counted; offline forward on 1 s for the non-causal model, torch.stft/irfft not counted; per-hop
+latency: eager PyTorch fp32, torch.set_num_threads(1), 200 hops after 20 warm-up hops, on the
+shared 2-core dev CPU at load average ~10: median wall time and median thread CPU time):
+
+    preset              params   MMAC/s   algorithmic latency     step / hop (wall, cpu)
+    qcgan-35k           34,622     37.0   16 ms (256 / 128 hop)   29.6 ms, 9.7 ms / 8 ms
+    qcgan-0.89m-causal  890,720  14,753   20 ms (320 / 160 hop)   167 ms, 65 ms / 10 ms
+    qcgan-0.89m         890,720  15,177   offline (whole utterance look-ahead), 1 s in 5.9 s
+
+The eager step is bound by op overhead (~3.8K aten ops per 35k step, the quaternion packed
+path's recombinations and the norms), not by its 0.3 MMAC; exported graphs (qsa.export) are
+the real-time path. Streaming state of qcgan-35k: 6,367 floats (25 KB).
+
+Presets: qcgan-35k: n_fft 256 / hop 128 (129 bins -> 65 -> 33 -> 17 through encoder channels
+8, 8, 12), one TS block, band time Conformer 204 -> 80 features (4 heads, causal attention
+over 32 frames = 256 ms, causal depthwise kernel 15), frequency Conformer over 17 bins at 12
+channels. qcgan-0.89m: n_fft 320 / hop 160 (161 -> 81 -> 41 bins, channels 64, 136), five TS
+blocks with per-bin time Conformers (2 heads, ffn x3, depthwise kernel 15 over frames, 7 over
+bins), full attention over time; -causal: causal attention over 50 frames (0.5 s).
+
+Signal path (one set of modules for offline ``forward`` and streaming ``step``):
+
+    wave -> STFT (sqrt-Hann, WOLA) -> per bin the pure quaternion (0, |X|^c, Re_c, Im_c) with
+    power-law compression c = 0.3 (Re_c + i Im_c = |X|^c e^{i phase}: magnitude and phase ride
+    in one quaternion) -> encoder (quaternion convs along frequency, stride 2 per stage)
+    -> TS-Conformer blocks (a time Conformer, then a frequency Conformer; quaternion linear /
+    depthwise-conv layers, shared-score QuaternionSelfAttention) -> two decoders (quaternion
+    upsampling convs with encoder skips): a mask decoder (bounded learnable sigmoid, applied
+    to |X|^c with the noisy phase) and a complex decoder (a residual added to Re_c, Im_c)
+    -> decompress -> iSTFT (overlap-add) -> wave.
+
+Choices:
+
+* Time context lives only in the time Conformers; encoder/decoder kernels span frequency
+  only (time kernel 1), so they need no state. The frequency Conformer attends over the bins
+  of one frame (not temporal: fine for a causal model).
+* ``time_path="bins"`` (CMGAN): the time Conformer runs on every frequency bin's sequence
+  (shared weights). MACs = 4 x params x bins x frames/s, a fine quality model (0.89m).
+* ``time_path="band"`` (35k): the time Conformer runs once per frame on the flattened band
+  features (C x F' -> band_dim). Its MACs are 4 x params x frames/s, which is what lets a
+  35K-parameter model stay under 40 MMAC/s; per-bin time modelling at that size would cost
+  more than 1 GMAC/s.
+* Causal models: causal windowed attention (a fixed cache of ``window - 1`` past frames) and
+  causal depthwise convs (a cache of ``kernel - 1`` frames); zero frames of look-ahead. The
+  only delay is the STFT's n_fft - hop; algorithmic latency = n_fft samples.
+* The streaming STFT is matmuls against fixed DFT basis buffers (qsa.audio.stft): the step
+  uses real arithmetic, cat/slice state updates and no data-dependent control flow, so it
+  exports with static shapes (``StepModule``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..audio.stft import Stft
+from ..config import ModelConfig
+from ..errors import ConfigError
+from ..layers import (
+    QuaternionConv1d,
+    QuaternionConv2d,
+    QuaternionLinear,
+    QuaternionSelfAttention,
+)
+from .qtransformer import QuaternionLayerNorm
+from .registry import register_model, register_preset
+
+__all__ = [
+    "QCGAN",
+    "Enhanced",
+    "QCGANConfig",
+    "StepModule",
+    "count_parameters",
+    "offline_macs_per_second",
+    "streaming_macs_per_second",
+]
+
+_EPS = 1e-8
+
+
+@dataclasses.dataclass(frozen=True)
+class QCGANConfig(ModelConfig):
+    """Hyperparameters of a QC-GAN generator (saved with the weights)."""
+
+    kind = "qcgan"
+    VERSION = 1
+
+    sample_rate: int = 16000
+    n_fft: int = 256
+    hop: int = 128
+    compress: float = 0.3  # power-law exponent c of |X|^c
+    enc_channels: tuple[int, ...] = (8, 8, 12)  # per encoder stage (each halves the bins)
+    num_blocks: int = 1  # TS-Conformer blocks (time + frequency)
+    time_path: str = "band"  # "band": per-frame flattened features; "bins": per bin
+    band_dim: int = 80  # width of the band time Conformer (time_path="band")
+    time_heads: int = 4
+    freq_heads: int = 1
+    ffn_mult: int = 2
+    time_kernel: int = 15  # depthwise conv kernel over frames (causal: cache of k-1)
+    freq_kernel: int = 3  # depthwise conv kernel over bins
+    causal: bool = True
+    window: int | None = 32  # time attention span in frames (required when causal)
+    mask_beta: float = 2.0  # the mask lies in (0, mask_beta)
+
+    def __post_init__(self):
+        if self.sample_rate <= 0:
+            raise ConfigError(f"sample_rate={self.sample_rate}; expected a positive rate in Hz")
+        if self.n_fft < 8 or self.n_fft % 4 or self.hop < 1 or self.n_fft % self.hop:
+            raise ConfigError(
+                f"n_fft={self.n_fft}, hop={self.hop}: n_fft must be a multiple of 4 and of hop "
+                "(e.g. n_fft=256, hop=128)"
+            )
+        if not 0.05 <= self.compress <= 1.0:
+            raise ConfigError(f"compress={self.compress}; use an exponent in [0.05, 1] (0.3)")
+        if not self.enc_channels or any(c <= 0 or c % 4 for c in self.enc_channels):
+            raise ConfigError(
+                f"enc_channels={self.enc_channels}: give one or more positive multiples of 4 "
+                "(quaternion channels), e.g. (8, 8, 16)"
+            )
+        f = self.n_fft // 2 + 1
+        for _ in self.enc_channels:
+            if f < 3 or f % 2 == 0:
+                raise ConfigError(
+                    f"n_fft={self.n_fft} gives {self.n_fft // 2 + 1} bins, which cannot be halved "
+                    f"{len(self.enc_channels)} times through odd sizes; use fewer encoder stages "
+                    "or n_fft = 2^k or 2^k * 10 (256, 320, 512)"
+                )
+            f = (f + 1) // 2
+        if self.num_blocks < 1 or self.ffn_mult < 1:
+            raise ConfigError(f"num_blocks={self.num_blocks}, ffn_mult={self.ffn_mult}: use >= 1")
+        if self.time_path not in ("band", "bins"):
+            raise ConfigError(f"time_path={self.time_path!r}; expected 'band' or 'bins'")
+        width = self.band_dim if self.time_path == "band" else self.enc_channels[-1]
+        if width % (4 * self.time_heads):
+            raise ConfigError(
+                f"time width {width} must be divisible by 4 * time_heads = {4 * self.time_heads}"
+            )
+        if self.enc_channels[-1] % (4 * self.freq_heads):
+            raise ConfigError(
+                f"enc_channels[-1]={self.enc_channels[-1]} must be divisible by 4 * freq_heads "
+                f"= {4 * self.freq_heads}"
+            )
+        for name in ("time_kernel", "freq_kernel"):
+            k = getattr(self, name)
+            if k < 1 or k % 2 == 0:
+                raise ConfigError(f"{name}={k}; use an odd kernel size >= 1 (e.g. 3)")
+        if self.causal and (self.window is None or self.window < 2):
+            raise ConfigError(
+                f"causal=True needs a bounded attention window >= 2 frames (got {self.window}); "
+                "the streaming step keeps window - 1 past frames, e.g. window=32"
+            )
+        if self.window is not None and self.window < 1:
+            raise ConfigError(f"window={self.window}; expected None or >= 1 frames")
+        if self.mask_beta <= 0:
+            raise ConfigError(f"mask_beta={self.mask_beta}; expected > 0 (CMGAN uses 2.0)")
+
+    @property
+    def n_freq(self) -> int:
+        return self.n_fft // 2 + 1
+
+    @property
+    def inner_freq(self) -> int:
+        """Bins after the encoder (each stage maps F -> (F + 1) // 2)."""
+        f = self.n_freq
+        for _ in self.enc_channels:
+            f = (f + 1) // 2
+        return f
+
+
+class Enhanced(NamedTuple):
+    """Offline output for training: waveform and spectra (complex, (B, F, T))."""
+
+    wave: torch.Tensor  # (B, N)
+    spec: torch.Tensor  # (B, F, T) enhanced STFT
+    spec_compressed: torch.Tensor  # (B, F, T) enhanced |Y|^c e^{i phase}
+
+
+# -- building blocks ---------------------------------------------------------------------------
+class QuaternionFeedForward(nn.Module):
+    """LN -> QLinear(C, mC) -> SiLU -> QLinear(mC, C)."""
+
+    def __init__(self, dim: int, mult: int):
+        super().__init__()
+        self.norm = QuaternionLayerNorm(dim)
+        self.up = QuaternionLinear(dim, mult * dim)
+        self.down = QuaternionLinear(mult * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.silu(self.up(self.norm(x))))
+
+
+class QuaternionConvModule(nn.Module):
+    """Conformer conv module: LN -> QLinear -> SiLU -> depthwise QConv1d -> LN -> SiLU ->
+    QLinear, over the sequence axis (causal: left context only, cache of kernel - 1)."""
+
+    def __init__(self, dim: int, kernel: int, causal: bool):
+        super().__init__()
+        self.dim, self.kernel, self.causal = dim, kernel, causal
+        self.norm = QuaternionLayerNorm(dim)
+        self.pw1 = QuaternionLinear(dim, dim)
+        self.dw = QuaternionConv1d(dim, dim, kernel, groups=dim // 4)
+        self.norm2 = QuaternionLayerNorm(dim)
+        self.pw2 = QuaternionLinear(dim, dim)
+
+    def _pre(self, x: torch.Tensor) -> torch.Tensor:
+        return F.silu(self.pw1(self.norm(x))).transpose(1, 2)  # (N, C, L)
+
+    def _post(self, z: torch.Tensor) -> torch.Tensor:
+        return self.pw2(F.silu(self.norm2(z.transpose(1, 2))))  # (N, L, C)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self._pre(x)  # (N, C, L)
+        k = self.kernel - 1
+        z = F.pad(z, (k, 0) if self.causal else (k // 2, k // 2))
+        return self._post(self.dw(z))
+
+    def init_state(self, n: int) -> torch.Tensor:
+        return torch.zeros(n, self.dim, self.kernel - 1)  # (N, C, k-1)
+
+    def step(self, x: torch.Tensor, cache: torch.Tensor):
+        z = torch.cat([cache, self._pre(x)], dim=-1)  # (N, C, k)
+        return self._post(self.dw(z)), z[..., 1:]
+
+
+class QuaternionConformer(nn.Module):
+    """Macaron Conformer on (N, L, C): x + FFN/2, + MHSA, + conv, + FFN/2, LN."""
+
+    def __init__(
+        self, dim: int, heads: int, ffn_mult: int, kernel: int, causal: bool, window: int | None
+    ):
+        super().__init__()
+        self.ff1 = QuaternionFeedForward(dim, ffn_mult)
+        self.attn_norm = QuaternionLayerNorm(dim)
+        self.attn = QuaternionSelfAttention(dim, heads, "shared", causal, window)
+        self.conv = QuaternionConvModule(dim, kernel, causal)
+        self.ff2 = QuaternionFeedForward(dim, ffn_mult)
+        self.norm = QuaternionLayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + 0.5 * self.ff1(x)
+        x = x + self.attn(self.attn_norm(x))
+        x = x + self.conv(x)
+        return self.norm(x + 0.5 * self.ff2(x))
+
+    def init_state(self, n: int) -> tuple[torch.Tensor, ...]:
+        """(keys, values, valid) attention cache + conv cache."""
+        return (*self.attn.init_state(n), self.conv.init_state(n))
+
+    def step(self, x: torch.Tensor, state: tuple[torch.Tensor, ...]):
+        """x (N, 1, C) -> (N, 1, C), new state of the same shapes."""
+        k_cache, v_cache, valid, conv_cache = state
+        x = x + 0.5 * self.ff1(x)
+        a, (k_cache, v_cache, valid) = self.attn.step(self.attn_norm(x), (k_cache, v_cache, valid))
+        x = x + a
+        c, conv_cache = self.conv.step(x, conv_cache)
+        x = x + c
+        return self.norm(x + 0.5 * self.ff2(x)), (k_cache, v_cache, valid, conv_cache)
+
+
+class TSBlock(nn.Module):
+    """Time Conformer (per bin or on the flattened band) then frequency Conformer."""
+
+    def __init__(self, cfg: QCGANConfig):
+        super().__init__()
+        c, fi = cfg.enc_channels[-1], cfg.inner_freq
+        self.band = cfg.time_path == "band"
+        self.channels, self.inner_freq = c, fi
+        width = cfg.band_dim if self.band else c
+        if self.band:
+            self.band_in = QuaternionLinear(c * fi, width)
+            self.band_out = QuaternionLinear(width, c * fi)
+        self.time = QuaternionConformer(
+            width, cfg.time_heads, cfg.ffn_mult, cfg.time_kernel, cfg.causal, cfg.window
+        )
+        self.freq = QuaternionConformer(
+            c, cfg.freq_heads, cfg.ffn_mult, cfg.freq_kernel, False, None
+        )
+
+    # (B, C, T, F') <-> time sequences
+    def _to_time(self, h: torch.Tensor) -> torch.Tensor:
+        b, c, t, f = h.shape
+        if self.band:  # keep the [r|i|j|k] blocks: unit (c', f) of component a -> block a
+            z = h.reshape(b, 4, c // 4, t, f).permute(0, 3, 1, 2, 4)  # (B, T, 4, C/4, F')
+            return self.band_in(z.reshape(b, t, c * f))  # (B, T, D)
+        return h.permute(0, 3, 2, 1).reshape(b * f, t, c)  # (B F', T, C)
+
+    def _from_time(self, z: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        b, c, t, f = like.shape
+        if self.band:
+            z = self.band_out(z).reshape(b, t, 4, c // 4, f)  # (B, T, 4, C/4, F')
+            return like + z.permute(0, 2, 3, 1, 4).reshape(b, c, t, f)  # (B, C, T, F')
+        return z.reshape(b, f, t, c).permute(0, 3, 2, 1)  # (B, C, T, F')
+
+    def _freq(self, h: torch.Tensor) -> torch.Tensor:
+        b, c, t, f = h.shape
+        z = self.freq(h.permute(0, 2, 3, 1).reshape(b * t, f, c))  # (B T, F', C)
+        return z.reshape(b, t, f, c).permute(0, 3, 1, 2)  # (B, C, T, F')
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self._freq(self._from_time(self.time(self._to_time(h)), h))
+
+    def time_batch(self, batch: int) -> int:
+        return batch if self.band else batch * self.inner_freq
+
+    def init_state(self, batch: int) -> tuple[torch.Tensor, ...]:
+        return self.time.init_state(self.time_batch(batch))
+
+    def step(self, h: torch.Tensor, state):
+        """h (B, C, 1, F') -> (B, C, 1, F'), new time-Conformer state."""
+        z, state = self.time.step(self._to_time(h), state)
+        return self._freq(self._from_time(z, h)), state
+
+
+class LearnableSigmoid(nn.Module):
+    """beta * sigmoid(slope_f * x), one slope per frequency bin (CMGAN)."""
+
+    def __init__(self, n_freq: int, beta: float):
+        super().__init__()
+        self.beta = beta
+        self.slope = nn.Parameter(torch.ones(n_freq))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.beta * torch.sigmoid(self.slope * x)
+
+
+class QuaternionUpsample(nn.Module):
+    """Frequency upsampling F -> 2F - 1 of (B, C_in, T, F): the stride-2, kernel-3 transposed
+    conv in polyphase form (even bins: 1 tap, odd bins: 2 taps), so the same MACs and weights
+    but only ordinary convs (a transposed conv lowered wrongly in LiteRT)."""
+
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__()
+        self.even = QuaternionConv2d(in_channels, out_channels, (1, 1))
+        self.odd = QuaternionConv2d(in_channels, out_channels, (1, 2))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        even = self.even(h)  # (B, C, T, F): output bins 0, 2, .., 2F - 2
+        odd = F.pad(self.odd(h), (0, 1))  # (B, C, T, F - 1) + a dropped pad: bins 1, 3, ..
+        b, c, t, f = even.shape
+        y = torch.stack([even, odd], dim=-1).reshape(b, c, t, 2 * f)  # (B, C, T, 2F)
+        return y[..., : 2 * f - 1]  # (B, C, T, 2F - 1)
+
+
+class Decoder(nn.Module):
+    """Quaternion frequency upsampling with additive encoder skips -> one quaternion per bin
+    -> ``out`` real channels (1x1 real conv)."""
+
+    def __init__(self, cfg: QCGANConfig, out: int):
+        super().__init__()
+        chans = (4, *cfg.enc_channels)  # decoder stage i maps chans[i+1] -> chans[i]
+        self.ups = nn.ModuleList(
+            QuaternionUpsample(chans[i + 1], chans[i]) for i in reversed(range(len(chans) - 1))
+        )
+        self.acts = nn.ModuleList(nn.PReLU(chans[i]) for i in reversed(range(1, len(chans) - 1)))
+        self.head = nn.Conv2d(4, out, 1)
+        with torch.no_grad():  # start near identity: mask ~ 1, complex residual ~ 0
+            self.head.weight.mul_(0.1)
+            self.head.bias.zero_()
+
+    def forward(self, h: torch.Tensor, skips: list[torch.Tensor]) -> torch.Tensor:
+        """h (B, C, T, F'), skips from the encoder (finest first) -> (B, out, T, F)."""
+        for i, up in enumerate(self.ups):
+            h = up(h) + skips[-1 - i]  # (B, C_i, T, F_i)
+            if i < len(self.acts):
+                h = self.acts[i](h)
+        return self.head(h)
+
+
+# -- the generator -----------------------------------------------------------------------------
+class QCGAN(nn.Module):
+    """wave (B, N) -> enhanced wave (B, N); ``step`` streams it one hop at a time."""
+
+    def __init__(self, cfg: QCGANConfig):
+        super().__init__()
+        if not isinstance(cfg, QCGANConfig):
+            raise ConfigError(f"QCGAN takes a QCGANConfig, got {type(cfg).__name__}")
+        self.config = cfg
+        self.hop = cfg.hop
+        self.sample_rate = cfg.sample_rate
+        self.stft = Stft(cfg.n_fft, cfg.hop, "sqrt_hann")
+        chans = (4, *cfg.enc_channels)
+        self.enc = nn.ModuleList(
+            QuaternionConv2d(chans[i], chans[i + 1], (1, 3), (1, 2), (0, 1))
+            for i in range(len(cfg.enc_channels))
+        )
+        self.enc_acts = nn.ModuleList(nn.PReLU(c) for c in cfg.enc_channels)
+        self.blocks = nn.ModuleList(TSBlock(cfg) for _ in range(cfg.num_blocks))
+        self.mask_decoder = Decoder(cfg, 1)
+        self.mask_act = LearnableSigmoid(cfg.n_freq, cfg.mask_beta)
+        self.complex_decoder = Decoder(cfg, 2)
+
+    # -- latency / context ------------------------------------------------------------------
+    @property
+    def algorithmic_latency_samples(self) -> int:
+        """Buffering one hop + the STFT delay (n_fft - hop) = n_fft (causal models)."""
+        return self.config.n_fft
+
+    @property
+    def delay_samples(self) -> int:
+        """Streaming output lags the input by this many samples."""
+        return self.stft.delay
+
+    @property
+    def lookahead_samples(self) -> int:
+        """Future input the offline output at sample n depends on (causal: n_fft - hop)."""
+        return self.stft.delay if self.config.causal else 0
+
+    @property
+    def receptive_field_samples(self) -> int | None:
+        """Past input that can affect an output sample (None: unbounded, non-causal)."""
+        cfg = self.config
+        if not cfg.causal:
+            return None
+        frames = cfg.num_blocks * ((cfg.window - 1) + (cfg.time_kernel - 1))
+        return (frames + 1) * cfg.hop + cfg.n_fft
+
+    # -- shared per-frame network -----------------------------------------------------------
+    def _features(self, re: torch.Tensor, im: torch.Tensor):
+        """(re, im) (B, T, F) -> quaternion input (B, 4, T, F), |X|^c, cos, sin."""
+        mag = torch.sqrt(re * re + im * im + _EPS)
+        mag_c = torch.exp(self.config.compress * torch.log(mag))  # |X|^c (no POW op: TFLM)
+        cos, sin = re / mag, im / mag
+        x = torch.stack([torch.zeros_like(mag), mag_c, mag_c * cos, mag_c * sin], 1)
+        return x, mag_c, cos, sin  # x: (B, 4, T, F)
+
+    def _encode(self, x: torch.Tensor):
+        skips = [x]
+        h = x
+        for conv, act in zip(self.enc, self.enc_acts, strict=True):
+            h = act(conv(h))  # (B, C_i, T, F_i)
+            skips.append(h)
+        return h, skips[:-1]
+
+    def _decode(self, h, skips, mag_c, cos, sin):
+        """-> compressed enhanced (re_c, im_c), each (B, T, F)."""
+        mask = self.mask_act(self.mask_decoder(h, skips)[:, 0])  # (B, T, F)
+        res = self.complex_decoder(h, skips)  # (B, 2, T, F)
+        m = mask * mag_c
+        return m * cos + res[:, 0], m * sin + res[:, 1]
+
+    def _decompress(self, re_c: torch.Tensor, im_c: torch.Tensor):
+        mag_c = torch.sqrt(re_c * re_c + im_c * im_c + _EPS)
+        scale = torch.exp((1.0 / self.config.compress - 1.0) * torch.log(mag_c))
+        return re_c * scale, im_c * scale
+
+    # -- offline ----------------------------------------------------------------------------
+    def enhance_spec(self, wave: torch.Tensor) -> Enhanced:
+        """wave (B, N) -> waveform and enhanced spectra (for training losses)."""
+        if wave.ndim != 2:
+            raise ValueError(f"QCGAN expects a (B, N) waveform, got shape {tuple(wave.shape)}")
+        re, im = self.stft.stft(wave)  # (B, T, F)
+        x, mag_c, cos, sin = self._features(re, im)
+        h, skips = self._encode(x)
+        for blk in self.blocks:
+            h = blk(h)
+        re_c, im_c = self._decode(h, skips, mag_c, cos, sin)
+        re_e, im_e = self._decompress(re_c, im_c)
+        y = self.stft.istft(re_e, im_e, wave.shape[-1])
+        return Enhanced(
+            y,
+            torch.complex(re_e, im_e).transpose(1, 2),  # (B, F, T)
+            torch.complex(re_c, im_c).transpose(1, 2),
+        )
+
+    def forward(self, wave: torch.Tensor) -> torch.Tensor:
+        return self.enhance_spec(wave).wave
+
+    # -- streaming --------------------------------------------------------------------------
+    def init_state(self, batch: int = 1) -> tuple[torch.Tensor, ...]:
+        """Flat tuple: STFT analysis buffer, overlap-add buffer, then 4 tensors per block."""
+        if not self.config.causal:
+            raise ConfigError(
+                "this QC-GAN is non-causal (offline look-ahead); streaming needs a causal "
+                "preset such as qcgan-35k or qcgan-0.89m-causal"
+            )
+        state = list(self.stft.init_state(batch))
+        for blk in self.blocks:
+            state.extend(blk.init_state(batch))
+        return tuple(state)
+
+    def step(self, frame: torch.Tensor, state: tuple[torch.Tensor, ...]):
+        """One hop (B, hop) -> (enhanced hop (B, hop) delayed by n_fft - hop, new state)."""
+        in_buf, ola = state[0], state[1]
+        re, im, in_buf = self.stft.analysis_step(frame, in_buf)  # (B, 1, F)
+        x, mag_c, cos, sin = self._features(re, im)
+        h, skips = self._encode(x)
+        new_state = [in_buf, None]
+        for i, blk in enumerate(self.blocks):
+            h, st = blk.step(h, tuple(state[2 + 4 * i : 6 + 4 * i]))
+            new_state.extend(st)
+        re_c, im_c = self._decode(h, skips, mag_c, cos, sin)
+        re_e, im_e = self._decompress(re_c, im_c)
+        out, new_state[1] = self.stft.synthesis_step(re_e, im_e, ola)
+        return out, tuple(new_state)
+
+    def step_module(self) -> StepModule:
+        return StepModule(self)
+
+
+class StepModule(nn.Module):
+    """Exporter form: forward(frame (B, hop), *state) -> (out (B, hop), *new_state)."""
+
+    def __init__(self, model: QCGAN):
+        super().__init__()
+        self.model = model
+        self.hop = model.hop
+        self.sample_rate = model.sample_rate
+        self.algorithmic_latency_samples = model.algorithmic_latency_samples
+
+    def init_state(self, batch: int = 1) -> tuple[torch.Tensor, ...]:
+        return self.model.init_state(batch)
+
+    def forward(self, frame: torch.Tensor, *state: torch.Tensor):
+        out, new_state = self.model.step(frame, state)
+        return (out, *new_state)
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def streaming_macs_per_second(model: QCGAN) -> float:
+    """MACs of one streaming step (FlopCounterMode flops / 2) x hops per second."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    state = model.init_state(1)
+    frame = torch.zeros(1, model.hop)
+    with torch.no_grad(), FlopCounterMode(display=False) as fc:
+        model.step(frame, state)
+    return fc.get_total_flops() / 2 * model.config.sample_rate / model.hop
+
+
+def offline_macs_per_second(model: QCGAN, seconds: float = 1.0) -> float:
+    """MACs of the offline forward on ``seconds`` of audio (FFT/STFT ops uncounted), per s."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    n = int(seconds * model.config.sample_rate)
+    with torch.no_grad(), FlopCounterMode(display=False) as fc:
+        model(torch.zeros(1, n))
+    return fc.get_total_flops() / 2 / seconds
+
+
+# -- presets -----------------------------------------------------------------------------------
+def qcgan_35k() -> QCGANConfig:
+    return QCGANConfig()
+
+
+def qcgan_089m(causal: bool = False) -> QCGANConfig:
+    return QCGANConfig(
+        n_fft=320,
+        hop=160,
+        enc_channels=(64, 136),
+        num_blocks=5,
+        time_path="bins",
+        time_heads=2,
+        freq_heads=2,
+        ffn_mult=3,
+        time_kernel=15,
+        freq_kernel=7,
+        causal=causal,
+        window=50 if causal else None,
+    )
+
+
+register_model(QCGANConfig, QCGAN)
+register_preset("qcgan-35k", qcgan_35k)
+register_preset("qcgan-0.89m", qcgan_089m)
+register_preset("qcgan-0.89m-causal", lambda: qcgan_089m(causal=True))

@@ -1,0 +1,354 @@
+"""MetricGAN training of the QC-GAN speech enhancers (``qsa train``).
+
+Per step, on a batch of (noisy, clean) crops:
+
+1. the generator enhances the noisy crops;
+2. batch PESQ of (clean, enhanced) is submitted to a pool of worker processes;
+3. generator update: magnitude + complex + time losses + the metric loss (D(clean, enh) -> 1);
+4. discriminator update, when the PESQ results are back: D(clean, clean) -> 1,
+   D(clean, enhanced) -> normalised PESQ, D(clean, noisy) -> normalised PESQ of the noisy
+   input; samples whose PESQ failed are masked, not the batch.
+
+Runs data-parallel under ``torchrun`` (gloo on CPU, nccl on GPU, DistributedSampler).
+Checkpoints (safetensors + JSON: weights, optimizer moments, schedulers, RNG, position in the
+epoch) are written atomically every ``ckpt_every`` steps and at each epoch's end; ``--resume``
+continues exactly where a killed run stopped. Validation PESQ every epoch; the final model
+is written as packed model files (fp32 and int8) with a model card.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from qsa.errors import ConfigError
+from qsa.fileio import atomic_write_text
+
+from .checkpoint import load_checkpoint, save_checkpoint
+from .pesq_pool import PesqPool, normalise_pesq
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    model: str = "qcgan-35k"
+    data: str = "synth:data/synth"
+    out: str = "runs/qcgan-35k"
+    epochs: int = 10
+    max_steps: int = 0  # 0: no limit beyond epochs
+    batch_size: int = 8
+    segment_seconds: float = 2.0
+    lr_g: float = 1e-3
+    lr_d: float = 5e-4
+    weight_decay: float = 0.0
+    grad_clip: float = 5.0
+    seed: int = 0
+    pesq_workers: int = 2
+    metric_gan: bool = True
+    metric_start: int = 0  # global step from which the MetricGAN loss and D updates run
+    val_items: int = 32
+    ckpt_every: int = 100
+    threads: int = 0  # 0: torch default
+    version: int = 1
+
+    def __post_init__(self):
+        if self.batch_size < 1 or self.epochs < 1:
+            raise ConfigError("batch_size and epochs must be >= 1")
+        if not 0.25 <= self.segment_seconds <= 30:
+            raise ConfigError(f"segment_seconds={self.segment_seconds}; use 0.25..30 s")
+        if self.lr_g <= 0 or self.lr_d <= 0:
+            raise ConfigError("learning rates must be > 0")
+
+
+def _dist_info() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _init_distributed() -> bool:
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend)
+        return True
+    return False
+
+
+class _Batches:
+    """Deterministic batches for (epoch, step): a seeded permutation, sharded per rank."""
+
+    def __init__(self, dataset, batch_size: int, seed: int, rank: int, world: int):
+        self.ds, self.bs, self.seed, self.rank, self.world = dataset, batch_size, seed, rank, world
+
+    def steps_per_epoch(self) -> int:
+        return max(1, len(self.ds) // (self.bs * self.world))
+
+    def batch(self, epoch: int, step: int):
+        g = torch.Generator().manual_seed(self.seed * 100003 + epoch)
+        perm = torch.randperm(len(self.ds), generator=g).tolist()
+        start = (step * self.world + self.rank) * self.bs
+        idx = [perm[(start + i) % len(perm)] for i in range(self.bs)]
+        self.ds.set_epoch(epoch)
+        items = [self.ds[i] for i in idx]  # (noisy (N,), clean (N,)) crops
+        noisy = torch.stack([n for n, _ in items])  # (B, N)
+        clean = torch.stack([c for _, c in items])
+        return noisy, clean
+
+
+def weights_digest(model: nn.Module) -> str:
+    """sha256 over every parameter and buffer, in state-dict order."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for k, v in model.state_dict().items():
+        h.update(k.encode())
+        h.update(v.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, dataset, val_pairs, generator: nn.Module,
+                 discriminator: nn.Module, losses, progress: bool = True):
+        self.cfg = cfg
+        self.rank, self.world = _dist_info()
+        self.out = Path(cfg.out)
+        self.ds, self.val = dataset, val_pairs
+        self.G, self.D, self.losses = generator, discriminator, losses
+        if self.world > 1:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            self.G_ddp = DDP(self.G)
+            self.D_ddp = DDP(self.D)
+        else:
+            self.G_ddp, self.D_ddp = self.G, self.D
+        self.opt_g = torch.optim.AdamW(self.G.parameters(), cfg.lr_g, betas=(0.8, 0.99),
+                                       weight_decay=cfg.weight_decay)
+        self.opt_d = torch.optim.AdamW(self.D.parameters(), cfg.lr_d, betas=(0.8, 0.99))
+        self.batches = _Batches(dataset, cfg.batch_size, cfg.seed, self.rank, self.world)
+        total = cfg.epochs * self.batches.steps_per_epoch()
+        if cfg.max_steps:
+            total = min(total, cfg.max_steps)
+        self.total_steps = total
+        self.sched_g = torch.optim.lr_scheduler.LambdaLR(
+            self.opt_g, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total) / total)) * 0.95
+            + 0.05)
+        self.pool = PesqPool(cfg.pesq_workers if cfg.metric_gan else 0)
+        self.progress = progress and self.rank == 0
+        self.history: list[dict[str, Any]] = []
+        self.state = {"epoch": 0, "step_in_epoch": 0, "global_step": 0, "best_val": None}
+
+    # -- checkpoints ---------------------------------------------------------------------
+    @property
+    def ckpt_path(self) -> Path:
+        return self.out / "checkpoint.safetensors"
+
+    def save(self) -> None:
+        if self.rank != 0:
+            return
+        save_checkpoint(
+            self.ckpt_path, {"generator": self.G, "discriminator": self.D},
+            {"generator": self.opt_g, "discriminator": self.opt_d},
+            extra={"state": self.state, "history": self.history,
+                   "config": dataclasses.asdict(self.cfg)},
+            schedulers={"generator": self.sched_g},
+        )
+
+    def resume(self) -> bool:
+        if not self.ckpt_path.exists():
+            return False
+        extra = load_checkpoint(
+            self.ckpt_path, {"generator": self.G, "discriminator": self.D},
+            {"generator": self.opt_g, "discriminator": self.opt_d},
+            schedulers={"generator": self.sched_g},
+        )
+        self.state, self.history = extra["state"], extra["history"]
+        return True
+
+    # -- one step ------------------------------------------------------------------------
+    def _seed_step(self) -> None:
+        # every step's randomness derives from (seed, global step, rank): exact resume
+        torch.manual_seed(self.cfg.seed * 1_000_003 + self.state["global_step"] * 31 + self.rank)
+
+    def step(self, noisy: torch.Tensor, clean: torch.Tensor) -> dict[str, float]:
+        self._seed_step()
+        L = self.losses
+        enh = self.G_ddp(noisy)  # (B, N)
+        fut = None
+        metric_on = self.cfg.metric_gan and self.state["global_step"] >= self.cfg.metric_start
+        if metric_on:
+            fut = self.pool.submit(clean.numpy(), enh.detach().numpy())
+            fut_noisy = self.pool.submit(clean.numpy(), noisy.numpy())
+        c_spec, e_spec = L.spec(clean), L.spec(enh)  # complex (B, F, T)
+        loss_g, parts = L.generator_loss(clean, enh, c_spec, e_spec)
+        if metric_on:
+            self.D.requires_grad_(False)  # D is a fixed critic in the generator step
+            d_fake = self.D(L.mag(c_spec), L.mag(e_spec))
+            self.D.requires_grad_(True)
+            metric = torch.mean((d_fake - 1.0) ** 2)
+            loss_g = loss_g + L.cfg.metric_weight * metric
+            parts["metric"] = float(metric.detach())
+        self.opt_g.zero_grad(set_to_none=True)
+        loss_g.backward()
+        torch.nn.utils.clip_grad_norm_(self.G.parameters(), self.cfg.grad_clip)
+        self.opt_g.step()
+        self.sched_g.step()
+        out = {"loss_g": float(loss_g.detach()), **parts}
+        if metric_on:
+            p_enh = np.array(fut if isinstance(fut, list) else fut.result())
+            p_noisy = np.array(fut_noisy if isinstance(fut_noisy, list) else fut_noisy.result())
+            cm, em = L.mag(c_spec).detach(), L.mag(e_spec).detach()
+            nm = L.mag(L.spec(noisy)).detach()
+            tgt_e = torch.from_numpy(normalise_pesq(p_enh)).float()
+            tgt_n = torch.from_numpy(normalise_pesq(p_noisy)).float()
+            b = cm.shape[0]
+            d_all = self.D_ddp(torch.cat([cm, cm, cm]), torch.cat([cm, em, nm]))  # one forward
+            d_real, d_enh, d_noisy = d_all[:b], d_all[b : 2 * b], d_all[2 * b :]
+            loss_d = torch.mean((d_real - 1.0) ** 2)
+            for pred, tgt in ((d_enh, tgt_e), (d_noisy, tgt_n)):
+                ok = torch.isfinite(tgt)  # failed PESQ samples are masked out
+                if ok.any():
+                    loss_d = loss_d + torch.mean((pred[ok] - tgt[ok]) ** 2)
+                else:  # keep every rank's graph identical for DDP
+                    loss_d = loss_d + 0.0 * pred.sum()
+            self.opt_d.zero_grad(set_to_none=True)
+            loss_d.backward()
+            self.opt_d.step()
+            out["loss_d"] = float(loss_d)
+            ok = np.isfinite(p_enh)
+            out["pesq"] = float(np.mean(p_enh[ok])) if ok.any() else float("nan")
+            out["pesq_masked"] = int((~ok).sum())
+        return out
+
+    # -- validation ----------------------------------------------------------------------
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        self.G.eval()
+        refs, degs, noisy_list = [], [], []
+        for noisy, clean in self.val[: self.cfg.val_items]:
+            y = self.G(torch.from_numpy(noisy)[None])[0].numpy()
+            refs.append(clean)
+            degs.append(y)
+            noisy_list.append(noisy)
+        self.G.train()
+        pool = self.pool if self.cfg.metric_gan else PesqPool(0)
+        p = pool(refs, degs)
+        p0 = pool(refs, noisy_list)
+        ok = np.isfinite(p) & np.isfinite(p0)
+        return {"val_pesq": float(np.mean(p[ok])), "val_pesq_noisy": float(np.mean(p0[ok])),
+                "val_items": int(ok.sum())}
+
+    # -- the loop ------------------------------------------------------------------------
+    def fit(self) -> dict[str, Any]:
+        from tqdm import tqdm
+
+        cfg = self.cfg
+        self.out.mkdir(parents=True, exist_ok=True)
+        spe = self.batches.steps_per_epoch()
+        bar = tqdm(total=self.total_steps, initial=self.state["global_step"],
+                   disable=not self.progress, desc=f"train {cfg.model}", unit="step")
+        self.G.train()
+        self.D.train()
+        t0 = time.time()
+        while self.state["epoch"] < cfg.epochs and self.state["global_step"] < self.total_steps:
+            ep = self.state["epoch"]
+            while (self.state["step_in_epoch"] < spe
+                   and self.state["global_step"] < self.total_steps):
+                noisy, clean = self.batches.batch(ep, self.state["step_in_epoch"])
+                m = self.step(noisy, clean)
+                self.state["step_in_epoch"] += 1
+                self.state["global_step"] += 1
+                bar.update(1)
+                bar.set_postfix({k: f"{v:.3f}" for k, v in m.items()
+                                 if k in ("loss_g", "loss_d", "pesq")})
+                if self.state["global_step"] % cfg.ckpt_every == 0:
+                    self.save()
+            if self.state["step_in_epoch"] >= spe:
+                v = self.validate() if self.rank == 0 and self.val else {}
+                rec = {"epoch": ep, "global_step": self.state["global_step"],
+                       "seconds": round(time.time() - t0, 1), **v}
+                self.history.append(rec)
+                if self.progress:
+                    tqdm.write(json.dumps(rec))
+                self.state["epoch"] += 1
+                self.state["step_in_epoch"] = 0
+                self.save()
+        bar.close()
+        self.save()
+        if self.world > 1:  # replicas must agree: each rank records a digest of its weights
+            atomic_write_text(self.out / f"replica-{self.rank}.sha256", weights_digest(self.G))
+        if self.rank == 0:
+            atomic_write_text(self.out / "history.json", json.dumps(self.history, indent=1))
+        return {"state": self.state, "history": self.history}
+
+    def close(self):
+        self.pool.close()
+
+
+def _val_pairs(pairs, n: int):
+    out = []
+    for p in list(pairs)[:n]:
+        noisy, clean = p.load()
+        out.append((noisy, clean))
+    return out
+
+
+def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = True):
+    """Build data, models and losses from ``cfg``, train, write the packed model files."""
+    from qsa.data.readers import CropDataset, parse_data_spec
+    from qsa.models.registry import build_model, preset_config
+    from qsa.quantize import save_packed
+
+    from ..models.discriminator import GeneratorLosses, MetricDiscriminator
+
+    started = _init_distributed()
+    rank, world = _dist_info()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    train_pairs = parse_data_spec(cfg.data, split="train")
+    try:
+        val_set = parse_data_spec(cfg.data, split="val")
+    except Exception:
+        val_set = parse_data_spec(cfg.data, split="test")
+    dataset = CropDataset(train_pairs, cfg.segment_seconds, cfg.seed)
+    gen = build_model(preset_config(cfg.model))
+    disc = MetricDiscriminator()
+    losses = GeneratorLosses()
+    trainer = Trainer(cfg, dataset, _val_pairs(val_set, cfg.val_items) if rank == 0 else [],
+                      gen, disc, losses, progress=progress)
+    files = []
+    try:
+        if resume and not trainer.resume():
+            raise ConfigError(f"--resume: no checkpoint in {cfg.out}")
+        result = trainer.fit()
+        if rank == 0:
+            out = Path(cfg.out)
+            last = trainer.history[-1] if trainer.history else {}
+            card = {
+                "model": cfg.model, "data": cfg.data, "steps": trainer.state["global_step"],
+                "epochs": trainer.state["epoch"], "batch_size": cfg.batch_size * world,
+                "segment_seconds": cfg.segment_seconds, "seed": cfg.seed,
+                "val_pesq_wb": last.get("val_pesq"),
+                "val_pesq_wb_noisy": last.get("val_pesq_noisy"),
+                "train_config": dataclasses.asdict(cfg),
+            }
+            gen.eval()
+            for prec in ("fp32", "int8"):
+                f = out / f"{cfg.model}.{prec}.qsa"
+                save_packed(gen, f, precision=prec, card=card)
+                files.append(str(f))
+        result["files"] = files
+        return result
+    finally:
+        trainer.close()
+        if started:
+            dist.destroy_process_group()

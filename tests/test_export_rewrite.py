@@ -1,0 +1,76 @@
+"""The export-time quaternion rewrite: same numbers, components stored once, exact mixing."""
+
+import pytest
+import torch
+from torch import nn
+
+from qsa.export import ExportQuaternionLayer, mixing_matrix, prepare_for_export
+from qsa.export.rewrite import ExportPReLU
+from qsa.layers import (
+    QuaternionConv1d,
+    QuaternionConv2d,
+    QuaternionConvTranspose1d,
+    QuaternionConvTranspose2d,
+    QuaternionLinear,
+    hamilton_product,
+)
+from qsa.quantize import Int8Config, quantize_
+
+LAYERS = [
+    (lambda: QuaternionLinear(16, 12), (3, 16)),
+    (lambda: QuaternionLinear(8, 8, bias=False), (2, 5, 8)),
+    (lambda: QuaternionConv1d(8, 12, 3, padding=1, dilation=1), (2, 8, 10)),
+    (lambda: QuaternionConv1d(8, 8, 3, stride=2), (2, 8, 11)),
+    (lambda: QuaternionConv1d(16, 16, 5, groups=4), (2, 16, 9)),
+    (lambda: QuaternionConv2d(8, 4, (3, 1), padding=(1, 0)), (2, 8, 6, 5)),
+    (lambda: QuaternionConvTranspose1d(8, 4, 4, stride=2, padding=1), (2, 8, 7)),
+    (lambda: QuaternionConvTranspose2d(8, 8, (3, 1), stride=(2, 1)), (2, 8, 5, 3)),
+]
+
+
+@pytest.mark.parametrize("make, shape", LAYERS)
+def test_rewrite_matches_layer(make, shape):
+    torch.manual_seed(0)
+    layer = make().eval()
+    if layer.bias is not None:
+        nn.init.normal_(layer.bias)
+    model = nn.Sequential(layer)
+    ex = prepare_for_export(model)
+    assert isinstance(ex[0], ExportQuaternionLayer)
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        assert torch.allclose(ex(x), model(x), atol=1e-5, rtol=1e-5)
+    # the components are stored once: the artifact's weight holds the packed values (strided
+    # transposed convs add zero taps when the kernel is not a multiple of the stride)
+    assert int((ex[0].weight != 0).sum()) == layer.weight.numel()
+    if not layer._transposed:
+        assert ex[0].weight.numel() == layer.weight.numel()
+
+
+def test_mixing_matrix_is_the_hamilton_product():
+    m = mixing_matrix()
+    assert set(m.unique().tolist()) == {-1.0, 0.0, 1.0}
+    assert (m != 0).sum(1).tolist() == [1] * 16  # one signed input component per row
+    torch.manual_seed(1)
+    w, x = torch.randn(4), torch.randn(4)
+    mixed = (m @ x).reshape(4, 4)  # (c, a)
+    assert torch.allclose(mixed @ w, hamilton_product(w, x), atol=1e-6)
+
+
+def test_int8_reference_rewrite_uses_its_components():
+    torch.manual_seed(0)
+    model = nn.Sequential(QuaternionLinear(16, 8)).eval()
+    q = quantize_(nn.Sequential(QuaternionLinear(16, 8)), Int8Config())
+    q.load_state_dict(quantize_(model, Int8Config()).state_dict())
+    ex = prepare_for_export(q)
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        assert torch.allclose(ex(x), q(x), atol=1e-5)
+
+
+def test_prelu_rewrite():
+    p = nn.PReLU(6)
+    nn.init.uniform_(p.weight, 0.05, 0.5)
+    x = torch.randn(2, 6, 5)
+    with torch.no_grad():
+        assert torch.allclose(ExportPReLU(p)(x), p(x), atol=1e-6)

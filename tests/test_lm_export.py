@@ -1,0 +1,91 @@
+"""LM export: prefill + decode with a static cache to ExecuTorch / LiteRT, run on the real
+runtime and compared with eager PyTorch (greedy tokens and logits), then profiled."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from qsa.lm.export import ExportError, Runner, export_lm, prepare
+from qsa.models.lm import CausalLM, lm_config
+
+QSA = str(Path(sys.executable).with_name("qsa"))
+TINY = dict(dim=32, num_layers=2, num_heads=2, ff_hidden=48, max_seq_len=48)
+
+
+def tiny(mixer, **kw):
+    torch.manual_seed(0)
+    return CausalLM(lm_config(mixer, "1m", **{**TINY, **kw}))
+
+
+@pytest.mark.parametrize("mixer", ["transformer", "kuramoto", "circuits", "quaternion"])
+def test_prepare_keeps_the_function(mixer):
+    model = tiny(mixer).eval()
+    x = torch.randint(0, 256, (1, 20))
+    with torch.no_grad():
+        torch.testing.assert_close(prepare(model)(x), model(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mixer", ["transformer", "kuramoto", "circuits", "quaternion"])
+def test_executorch_fp32_matches_eager(tmp_path, mixer):
+    meta = export_lm(tiny(mixer), "executorch", tmp_path, "fp32", prefill_len=16,
+                     cache_len=48, verify_steps=32)
+    v = meta["verification"]
+    assert v["greedy_tokens_equal"] and v["max_rel_logit_error"] < 1e-3
+    assert (tmp_path / meta["artifact"]).stat().st_size == meta["bytes"]
+    saved = json.loads((tmp_path / f"lm-{mixer}-fp32.json").read_text())
+    assert saved["cache_shapes"] == [list(c.shape) for c in tiny(mixer).init_cache(1, 48)]
+
+
+@pytest.mark.slow
+def test_executorch_int8_and_litert_fp32(tmp_path):
+    meta = export_lm(tiny("transformer"), "executorch", tmp_path / "q", "int8", prefill_len=16,
+                     cache_len=48, verify_steps=32)
+    fp = export_lm(tiny("transformer"), "executorch", tmp_path / "f", "fp32", prefill_len=16,
+                   cache_len=48, verify_steps=8)
+    assert meta["bytes"] < fp["bytes"]
+    lt = export_lm(tiny("kuramoto"), "litert", tmp_path / "l", "fp32", prefill_len=16,
+                   cache_len=48, verify_steps=32)
+    assert lt["verification"]["greedy_tokens_equal"]
+    r = Runner(tmp_path / "l" / lt["artifact"])
+    assert r.backend == "litert"
+
+
+@pytest.mark.slow
+def test_verification_fails_loudly_on_a_wrong_artifact(tmp_path):
+    from qsa.lm import export as ex
+
+    a = export_lm(tiny("circuits"), "executorch", tmp_path, "fp32", prefill_len=16,
+                  cache_len=48, verify_steps=4)
+    other = prepare(tiny("circuits", rope_base=500.0))  # a different model than the artifact
+    pre, dec = ex.Prefill(other), ex.Decode(other)
+    with pytest.raises(ExportError, match="differs from eager"):
+        ex.verify(Runner(tmp_path / a["artifact"]), pre, dec, other, 16, 48, 16, "fp32")
+
+
+@pytest.mark.slow
+def test_cli_export_and_profile(tmp_path):
+    sets = [a for k, v in TINY.items() for a in ("--set", f"{k}={v}")]
+    r = subprocess.run([QSA, "lm", "export", "transformer", "--target", "executorch", "--out",
+                        str(tmp_path), "--prefill", "16", "--cache-len", "48",
+                        "--verify-steps", "16", *sets], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "16/16 greedy tokens equal" in r.stdout
+    for runtime, art in (("executorch", str(tmp_path)), ("torch", "transformer")):
+        r = subprocess.run([QSA, "lm", "profile", art, "--runtime", runtime, "--pp", "16",
+                            "--tg", "16", "--reps", "5", "--out", str(tmp_path / runtime),
+                            *sets], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        prof = json.loads((tmp_path / runtime / "profile.json").read_text())
+        assert [row["test"] for row in prof["rows"]] == ["pp16", "tg16"]
+        assert all(row["tokens_per_s"] > 0 and len(row["samples"]) == 5 for row in prof["rows"])
+        for key in ("load_ms", "ttft_ms", "peak_rss_mb", "bytes", "params", "threads"):
+            assert prof[key] > 0
+        assert prof["stats"]["num_generated_tokens"] == 16
+        assert "| tg16 |" in (tmp_path / runtime / "profile.md").read_text()
+    assert prof["op_breakdown"]  # torch profiler rows on the torch runtime

@@ -1,0 +1,237 @@
+"""QC-GAN generators and the MetricGAN discriminator: sizes, cost, causality, streaming ==
+offline, fixed-shape state, export of the streaming step, losses and gradients."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from qsa.config import config_from_dict, config_to_dict
+from qsa.errors import ConfigError
+from qsa.models.discriminator import (
+    DiscriminatorConfig,
+    GeneratorLosses,
+    LossConfig,
+    MetricDiscriminator,
+    discriminator_loss,
+)
+from qsa.models.qcgan import (
+    QCGAN,
+    QCGANConfig,
+    StepModule,
+    count_parameters,
+    streaming_macs_per_second,
+)
+from qsa.models.registry import build_model, preset_config
+
+TARGETS = {"qcgan-35k": 35_000, "qcgan-0.89m": 890_000, "qcgan-0.89m-causal": 890_000}
+CAUSAL = ["qcgan-35k", "qcgan-0.89m-causal"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _model(name: str, **changes) -> QCGAN:
+    torch.manual_seed(0)
+    cfg = preset_config(name)
+    if changes:
+        cfg = dataclasses.replace(cfg, **changes)
+    return build_model(cfg).eval()
+
+
+def _small_bins() -> QCGAN:
+    """The per-bin time path of qcgan-0.89m-causal at a test size, with a short window so that
+    the attention cache evicts within a few steps."""
+    return _model(
+        "qcgan-0.89m-causal",
+        enc_channels=(8, 16),
+        num_blocks=2,
+        time_heads=1,
+        freq_heads=1,
+        window=4,
+        time_kernel=3,
+    )
+
+
+def _stream(model: QCGAN, x: torch.Tensor) -> torch.Tensor:
+    hop = model.hop
+    state = model.init_state(x.shape[0])
+    shapes = [s.shape for s in state]
+    outs = []
+    with torch.no_grad():
+        for t in range(x.shape[1] // hop):
+            y, state = model.step(x[:, t * hop : (t + 1) * hop], state)
+            assert [s.shape for s in state] == shapes  # fixed-shape state
+            outs.append(y)
+    return torch.cat(outs, 1)
+
+
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_param_counts_within_3_percent(name):
+    n = count_parameters(_model(name))
+    assert abs(n - TARGETS[name]) <= 0.03 * TARGETS[name], n
+
+
+def test_35k_compute_and_latency_budget():
+    m = _model("qcgan-35k")
+    assert streaming_macs_per_second(m) <= 40e6
+    assert m.algorithmic_latency_samples / m.config.sample_rate <= 0.020
+    assert m.config.causal and m.lookahead_samples == m.config.n_fft - m.hop  # no extra frames
+
+
+def test_089m_causal_latency():
+    m = _model("qcgan-0.89m-causal")
+    assert m.algorithmic_latency_samples / m.config.sample_rate <= 0.020
+
+
+@pytest.mark.parametrize("name", CAUSAL)
+def test_causality(name):
+    m = _model(name)
+    hop = m.hop
+    n = 24 * hop
+    torch.manual_seed(1)
+    a = torch.randn(1, n) * 0.1
+    b = a.clone()
+    cut = 16 * hop
+    b[:, cut:] = torch.randn(1, n - cut)
+    with torch.no_grad():
+        ya, yb = m(a), m(b)
+    ok = cut - m.lookahead_samples  # output before this sample sees only the shared prefix
+    assert (ya[:, :ok] - yb[:, :ok]).abs().max() < 1e-5
+    assert (ya[:, cut:] - yb[:, cut:]).abs().max() > 1e-3  # and the suffix does matter
+
+
+@pytest.mark.parametrize("which", ["qcgan-35k", "bins-small", "qcgan-0.89m-causal"])
+def test_streaming_equals_offline(which):
+    if which == "bins-small":
+        m, steps, batch = _small_bins(), 20, 2
+    elif which == "qcgan-35k":
+        m, steps, batch = _model(which), 40, 2  # > window (32): the cache evicts
+    else:
+        m, steps, batch = _model(which), 6, 1
+    torch.manual_seed(2)
+    x = torch.randn(batch, steps * m.hop) * 0.1
+    with torch.no_grad():
+        y_off = m(x)
+    y_str = _stream(m, x)
+    d = m.delay_samples
+    assert (y_str[:, d:] - y_off[:, : x.shape[1] - d]).abs().max() < 1e-4
+
+
+def test_non_causal_has_no_step_but_offline_works():
+    m = _model("qcgan-0.89m")
+    with pytest.raises(ConfigError, match="causal"):
+        m.init_state(1)
+    x = torch.randn(1, 1600) * 0.1
+    with torch.no_grad():
+        out = m.enhance_spec(x)
+    assert out.wave.shape == x.shape
+    assert out.spec.shape == out.spec_compressed.shape == (1, 161, m.stft.num_frames(1600))
+
+
+@pytest.mark.slow
+def test_export_step_module_35k():
+    m = _model("qcgan-35k")
+    step = m.step_module()
+    assert isinstance(step, StepModule) and step.hop == 128
+    state = step.init_state(1)
+    frame = torch.randn(1, step.hop) * 0.1
+    ep = torch.export.export(step, (frame, *state), strict=False)
+    ops = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
+    assert not any("stft" in o or "fft" in o or "complex" in o for o in ops), ops
+    with torch.no_grad():
+        want = step(frame, *state)
+    got = ep.module()(frame, *state)
+    assert len(got) == len(want) == 1 + len(state)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and (g - w).abs().max() < 1e-5
+
+
+def test_discriminator_shape_and_range():
+    torch.manual_seed(3)
+    d = MetricDiscriminator(DiscriminatorConfig())
+    c, e = torch.rand(3, 40, 201), torch.rand(3, 40, 201)
+    y = d(c, e)
+    assert y.shape == (3,)
+    assert bool(((y > 0) & (y < 1)).all())
+    with pytest.raises(ValueError, match=r"\(B, T, F\)"):
+        d(c, e[:, :20])
+
+
+def test_losses_and_gradients_flow():
+    torch.manual_seed(4)
+    g = _model("qcgan-35k").train()
+    d = MetricDiscriminator()
+    losses = GeneratorLosses(LossConfig())
+    clean = torch.randn(2, 4000) * 0.1
+    noisy = clean + 0.05 * torch.randn(2, 4000)
+    enh = g(noisy)
+    cs, es = losses.spec(clean), losses.spec(enh)
+    d_fake = d(losses.mag(cs), losses.mag(es))
+    loss, parts = losses.generator_loss(clean, enh, cs, es, d_enhanced=d_fake)
+    assert set(parts) == {"magnitude", "complex", "time", "metric"}
+    loss.backward()
+    missing = [n for n, p in g.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not missing, missing
+    assert all(torch.isfinite(p.grad).all() for p in g.parameters())
+    d.zero_grad()
+    d_loss = discriminator_loss(
+        d(losses.mag(cs), losses.mag(cs)),
+        d(losses.mag(cs), losses.mag(es.detach())),
+        torch.full((2,), 0.3),
+    )
+    d_loss.backward()
+    assert all(p.grad is not None for p in d.parameters())
+
+
+def test_configs_validate_and_round_trip():
+    for name in TARGETS:
+        cfg = preset_config(name)
+        assert config_from_dict(config_to_dict(cfg)) == cfg
+    with pytest.raises(ConfigError, match="window"):
+        QCGANConfig(causal=True, window=None)
+    with pytest.raises(ConfigError, match="multiple"):
+        QCGANConfig(enc_channels=(8, 10))
+    with pytest.raises(ConfigError, match="halved"):
+        QCGANConfig(n_fft=256, enc_channels=(8,) * 8)
+    with pytest.raises(ConfigError, match="loss weights"):
+        LossConfig(time_weight=-1.0)
+    with pytest.raises(ConfigError, match="QCGANConfig"):
+        QCGAN(DiscriminatorConfig())
+
+
+def test_receptive_field_bounds_the_past():
+    """Offline output of a segment that starts receptive_field_samples early equals the
+    output of the whole signal (what chunked file enhancement relies on)."""
+    m = _model("qcgan-35k")
+    rf, hop = m.receptive_field_samples, m.hop
+    assert rf % hop == 0
+    torch.manual_seed(5)
+    x = torch.randn(1, rf + 24 * hop) * 0.1
+    keep = 8 * hop
+    with torch.no_grad():
+        y_full = m(x)
+        y_seg = m(x[:, -(rf + keep) :])
+    assert (y_seg[:, -keep:] - y_full[:, -keep:]).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_packed_file_round_trip_and_int8_streaming(tmp_path, precision):
+    from qsa.quantize import load_packed, save_packed
+
+    m = _model("qcgan-35k")
+    path = save_packed(m, tmp_path / f"qcgan-35k-{precision}.qsa", precision=precision)
+    q = load_packed(path).eval()
+    torch.manual_seed(6)
+    x = torch.randn(1, 40 * m.hop) * 0.1
+    with torch.no_grad():
+        y, yq = m(x), q(x)
+    sqnr = 10 * torch.log10(y.pow(2).sum() / (y - yq).pow(2).sum().clamp_min(1e-20))
+    assert sqnr > (30.0 if precision == "int8" else 100.0)
+    d = q.delay_samples
+    assert (_stream(q, x)[:, d:] - yq[:, : x.shape[1] - d]).abs().max() < 1e-4
