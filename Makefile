@@ -30,6 +30,7 @@ test: setup
 
 bench: setup
 	$(PY) bench/attention_speed.py
+	$(PY) bench/se_peers.py --throughput
 
 clean:
 	rm -rf demo_out build *.egg-info .pytest_cache .ruff_cache

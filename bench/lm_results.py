@@ -65,8 +65,9 @@ def render(out: Path, args, md_path: Path) -> None:
             v = [r[key] for r in rs if r.get(key) is not None]
             if not v:
                 return "-", None
-            sd = statistics.stdev(v) if len(v) > 1 else 0.0
-            return f"{statistics.mean(v):.4f} +- {sd:.4f}", statistics.mean(v)
+            if len(v) == 1:
+                return f"{v[0]:.4f} (1 seed)", v[0]
+            return f"{statistics.mean(v):.4f} +- {statistics.stdev(v):.4f}", statistics.mean(v)
 
         val, _ = ms("val_bpc")
         test, tmean = ms("test_bpc")

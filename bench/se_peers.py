@@ -316,6 +316,7 @@ def plot(results: dict, path: Path, title: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(8, 4.8))
     placed: dict[int, int] = {}
@@ -342,6 +343,9 @@ def plot(results: dict, path: Path, title: str) -> None:
                 color="grey",
             )
     ax.set_xscale("log")
+    ps = [r["peer"]["params"] for r in results.values() if r["peer"]["params"] > 0]
+    ax.set_xlim(min([1e4, *ps]) / 2, max([1e7, *ps]) * 2)  # whole decades, 10K..10M at least
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("parameters (log)")
     ax.set_ylabel("PESQ-WB (mean)")
     ax.set_title(title, fontsize=10)
@@ -406,9 +410,14 @@ def render(report: dict) -> str:
             f"| process pool | {t['workers']} | {t['parallel']['seconds']:.1f} | "
             f"{t['parallel']['cpu_seconds']:.1f} | {t['parallel']['utt_per_s']:.1f} |",
             "",
-            f"Speed-up {t['speedup']:.2f}x on {report['cores']} cores (identical mean "
-            f"PESQ-WB: {t['serial']['mean_pesq_wb']:.4f} vs "
-            f"{t['parallel']['mean_pesq_wb']:.4f}).",
+            f"Wall-clock speed-up {t['speedup']:.2f}x on {report['cores']} cores at the load "
+            f"above (identical mean PESQ-WB: {t['serial']['mean_pesq_wb']:.4f} vs "
+            f"{t['parallel']['mean_pesq_wb']:.4f}). The pool costs "
+            f"{t['parallel']['cpu_seconds'] / t['serial']['cpu_seconds']:.2f}x the serial CPU "
+            "time (worker start-up, imports, transfers), so on an idle machine with "
+            f"{t['workers']} free cores it can reach at most about "
+            f"{t['workers'] * t['serial']['cpu_seconds'] / t['parallel']['cpu_seconds']:.2f}x "
+            f"({t['serial']['cpu_seconds'] / t['n'] * 1000:.0f} CPU ms per pair serially).",
             "",
         ]
     L += [
@@ -484,6 +493,7 @@ def parse_args(argv=None):
         help="also time PESQ/STOI on --throughput-n pairs, serial vs parallel",
     )
     ap.add_argument("--throughput-n", type=int, default=1000)
+    ap.add_argument("--from-json", help="re-render --md (and plots) from a results.json")
     ap.add_argument(
         "--budget-s",
         type=float,
@@ -502,6 +512,15 @@ def parse_args(argv=None):
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    if args.from_json:  # re-render the markdown and plots of a finished run
+        report = json.loads(Path(args.from_json).read_text())
+        md = Path(args.md)
+        for ds in report["datasets"]:
+            plot(ds["results"], md.parent / ds["plot"], f"PESQ-WB vs parameters: {ds['name']}")
+        text = render(report)
+        _write_text(md, text)
+        print(text)
+        return report
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     md = Path(args.md)

@@ -60,6 +60,15 @@ class Int8QuaternionLayer(nn.Module):
         self.register_buffer("scale", packed.scale.contiguous())  # fp32 (n_out,)
         self.unit_axis = packed.unit_axis
 
+    def __getattr__(self, name: str):
+        # geometry (in_channels, kernel_size, groups, ...) reads through to the float layer
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name in ("layer", "_modules", "_parameters", "_buffers"):
+                raise
+            return getattr(self._modules["layer"], name)
+
     @property
     def packed(self) -> PackedQuaternionWeight:
         return PackedQuaternionWeight(self.qweight, self.scale, self.unit_axis)

@@ -197,6 +197,7 @@ def test_list_devices(pulse):
     assert "pulse" in r.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "rate,channels,latency",
     [(16000, 1, "low"), (48000, 2, "high")],
@@ -265,6 +266,7 @@ def test_file_through_the_loop(pulse, enhancer, noisy, tmp_path, rate, channels,
     assert noise_in - noise_out > 10, (noise_in, noise_out)
 
 
+@pytest.mark.slow
 def test_microphone_path(pulse, enhancer, noisy, tmp_path):
     """No --input-file: a player puts noisy speech into the 'room' sink, the app listens to
     its monitor as the microphone and plays to 'speaker'."""

@@ -125,3 +125,11 @@ def test_unknown_config_is_rejected():
         quantize_(nn.Sequential(QuaternionLinear(4, 4)), object())
     with pytest.raises(ConfigError, match="activation"):
         Int8Config(activation="static")
+
+
+def test_int8_layer_reads_geometry_through():
+    m = nn.Sequential(QuaternionConv1d(8, 8, 3, groups=2, padding=1))
+    quantize_(m, Int8Config())
+    assert m[0].in_channels == 8 and m[0].kernel_size == (3,) and m[0].depthwise
+    with pytest.raises(AttributeError):
+        _ = m[0].no_such_attribute

@@ -183,7 +183,9 @@ class Recorder:
     def _flush_aligned(self, pad: bool = False) -> None:
         io = np.concatenate(self._io) if self._io else np.zeros((0, 2), np.float32)
         mic = np.concatenate(self._mic) if self._mic else np.zeros(0, np.float32)
-        n = max(len(io), len(mic)) if pad else min(len(io), len(mic))
+        # at the end, every input/output row is written (a missing mic tail is zeros); the
+        # mic's few samples beyond the last hop are dropped
+        n = len(io) if pad else min(len(io), len(mic))
         if n == 0:
             return
         rows = np.zeros((n, 3), np.float32)  # (n, 3): input, output, mic

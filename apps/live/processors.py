@@ -243,7 +243,7 @@ def load_processor(
         kind = runtime if runtime != "torch" else ARTIFACT_RUNTIME[suffix]
         if suffix == ".tflite" and kind not in ("litert", "tflm"):
             raise ConfigError(f"{model} is a TFLite model: use --runtime litert or tflm")
-        return _runtime_processor(kind, Path(model), Path(model).name)
+        return _runtime_processor(kind, Path(model), Path(model).name, _artifact_latency(model))
     module = _load_module(model)
     if module is None:
         return PassThrough()
@@ -261,6 +261,26 @@ def load_processor(
         export_model(module, runtime, precision, out_dir=out_dir, model_name=model, force=True)
     lat = TorchStepProcessor(module).algorithmic_latency_samples
     return _runtime_processor(runtime, artifact, f"{model} ({runtime} {precision})", lat)
+
+
+def _artifact_latency(artifact: str) -> int | None:
+    """Algorithmic latency of an exported artifact, from the exporter's report.json next to
+    it (its own figure, or the named preset's); None when unknown (then: one hop)."""
+    import json
+
+    report = Path(artifact).with_name("report.json")
+    try:
+        r = json.loads(report.read_text())
+        if isinstance(r.get("algorithmic_latency_samples"), int):
+            return r["algorithmic_latency_samples"]
+        from qsa.models.registry import build_model, preset_config, preset_names
+
+        if r.get("model") in preset_names():
+            m = build_model(preset_config(r["model"]))
+            return int(getattr(m, "algorithmic_latency_samples", 0)) or None
+    except (OSError, ValueError, QsaError, TypeError, AttributeError):
+        pass
+    return None
 
 
 def _runtime_processor(kind: str, artifact: Path, name: str, latency: int | None = None):

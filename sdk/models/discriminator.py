@@ -8,7 +8,7 @@ Linear -> PReLU -> Linear -> learnable sigmoid. Real-valued (it is only used in 
 Default config: 16 base channels, 0.18M params (it never ships).
 
 ``GeneratorLosses`` (weights in the frozen ``LossConfig``; CMGAN's defaults): all spectral
-terms on power-law compressed STFTs (|X|^0.3, n_fft 400 / hop 100 at 16 kHz)
+terms on power-law compressed STFTs (|X|^0.3; sqrt-Hann, n_fft 400 / hop 100 at 16 kHz):
 
     loss_G = 0.9 * MSE(|C|, |E|)                    magnitude
            + 0.1 * MSE(C_ri, E_ri)                  complex (re, im)

@@ -7,13 +7,16 @@ latency: eager PyTorch fp32, torch.set_num_threads(1), 200 hops after 20 warm-up
 shared 2-core dev CPU at load average ~10: median wall time and median thread CPU time):
 
     preset              params   MMAC/s   algorithmic latency     step / hop (wall, cpu)
-    qcgan-35k           34,622     37.0   16 ms (256 / 128 hop)   29.6 ms, 9.7 ms / 8 ms
-    qcgan-0.89m-causal  890,720  14,753   20 ms (320 / 160 hop)   167 ms, 65 ms / 10 ms
-    qcgan-0.89m         890,720  15,177   offline (whole utterance look-ahead), 1 s in 5.9 s
+    qcgan-35k           34,662     36.9   16 ms (256 / 128 hop)   28.7 ms, 11.4 ms / 8 ms
+    qcgan-0.89m-causal  890,856  14,750   20 ms (320 / 160 hop)   156 ms, 81 ms / 10 ms
+    qcgan-0.89m         890,856  15,174   offline (whole utterance look-ahead), 1 s in 6.3 s
 
-The eager step is bound by op overhead (~3.8K aten ops per 35k step, the quaternion packed
+The eager step is bound by op overhead (~4.4K aten ops per 35k step, the quaternion packed
 path's recombinations and the norms), not by its 0.3 MMAC; exported graphs (qsa.export) are
-the real-time path. Streaming state of qcgan-35k: 6,367 floats (25 KB).
+the real-time path. Streaming state of qcgan-35k: 6,367 floats (25 KB). Its step converts
+with litert_torch.convert to an fp32 .tflite of builtin ops only (FULLY_CONNECTED, CONV_2D,
+DEPTHWISE_CONV_2D, BATCH_MATMUL, SOFTMAX, LOG/EXP/SQRT/RSQRT, LOGISTIC, slicing/reshapes)
+that matches PyTorch within 1e-6.
 
 Presets: qcgan-35k: n_fft 256 / hop 128 (129 bins -> 65 -> 33 -> 17 through encoder channels
 8, 8, 12), one TS block, band time Conformer 204 -> 80 features (4 heads, causal attention
