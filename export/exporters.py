@@ -281,12 +281,11 @@ class Exporter:
             self.files.append(path)
 
 
-def _run_streaming(fn, inputs_list, n_state: int) -> None:
+def _calibrate(fn, inputs_list) -> None:
     """Feed calibration (frame, *state) tuples through ``fn`` (a prepared PT2E module)."""
     with torch.no_grad():
         for args in inputs_list:
             fn(*args)
-    del n_state
 
 
 class ExecuTorchExporter(Exporter):
@@ -300,7 +299,7 @@ class ExecuTorchExporter(Exporter):
         from .quantizers import xnnpack_quantizer
 
         pm = prepare_pt2e(self.exported.module(), xnnpack_quantizer())
-        _run_streaming(pm, self.calibration_inputs(), self.n_inputs - 1)
+        _calibrate(pm, self.calibration_inputs())
         cm = convert_pt2e(pm)
         self.exported = torch.export.export(cm, self.example)
 
@@ -447,7 +446,7 @@ class LiteRTExporter(Exporter):
 
         self.quantizer = litert_full_int8_quantizer()
         pm = prepare_pt2e(self.exported.module(), self.quantizer)
-        _run_streaming(pm, self.calibration_inputs(), self.n_inputs - 1)
+        _calibrate(pm, self.calibration_inputs())
         self.quantized = convert_pt2e(pm, fold_quantize=False)
 
     def lower(self) -> None:

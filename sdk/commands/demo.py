@@ -195,16 +195,23 @@ def enhance_export_demo(args) -> int:
     failures = []
     reports = {}
     for target in [t for t in args.targets.split(",") if t]:
-        console.rule(f"export int8 -> {target}")
-        t0 = time.perf_counter()
-        try:
-            res = export_model(model, target, "int8", out / "export" / target,
-                               calib=noisy[: max(2, len(noisy) // 2)], verify_wave=noisy[0],
-                               profile="cortex-m7" if target == "tflm" else None,
-                               model_name=args.model, force=True)
-        except QsaError as e:
-            failures.append(f"{target}: {e}")
-            console.print(f"[red]export to {target} failed: {e}")
+        res = None
+        for precision in ("int8", "fp32"):
+            console.rule(f"export {precision} -> {target}")
+            t0 = time.perf_counter()
+            try:
+                res = export_model(
+                    model, target, precision, out / "export" / f"{target}-{precision}",
+                    calib=noisy[: max(2, len(noisy) // 2)], verify_wave=noisy[0],
+                    profile="cortex-m7" if target == "tflm" else None,
+                    model_name=args.model, force=True)
+                break
+            except QsaError as e:
+                failures.append(f"{target} {precision}: {e}")
+                console.print(f"[red]export {precision} to {target} failed:[/red] {e}")
+                if precision == "fp32":
+                    res = None
+        if res is None:
             continue
         reports[target] = res.report
         rt = load_runtime(target, res.artifact)
@@ -214,7 +221,7 @@ def enhance_export_demo(args) -> int:
         audio_s = sum(len(x) for x in noisy) / sr
         lat = res.report.get("latency_per_hop") or {}
         rows.append({
-            "runtime": target, "precision": "int8", "pesq_wb": score(ys, True),
+            "runtime": target, "precision": precision, "pesq_wb": score(ys, True),
             "bytes": res.report.get("bytes"), "rtf": secs / audio_s,
             "hop_ms_median": lat.get("median_ms"), "hop_ms_p99": lat.get("p99_ms"),
             "export_s": round(t1 - t0, 1),
@@ -242,6 +249,8 @@ def enhance_export_demo(args) -> int:
                                                       default=str))
     console.print(f"report folder: {out}/ (enhanced/, spectrograms/, export/, results.json)")
     if failures:
-        console.print("[red]" + "\n".join(failures))
-        return 1
-    return 0
+        console.rule("[red]what did not export (the demo fell back to fp32 there)")
+        for f in failures:
+            console.print(f"[red]- {f}")
+    exported = [r for r in rows if r["runtime"] not in ("noisy input", "torch (offline)")]
+    return 0 if exported else 1
