@@ -72,6 +72,6 @@ def test_unknown_model_is_named():
 
 
 def test_demo_runs(tmp_path):
-    r = qsa("demo", "--out", str(tmp_path / "demo"))
+    r = qsa("demo", "--layers-only", "--out", str(tmp_path / "demo"))
     assert "SQNR" in r.stdout
     assert list((tmp_path / "demo").glob("*.qsa"))
