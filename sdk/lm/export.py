@@ -293,8 +293,8 @@ def export_cli(args) -> int:
 
     if args.mixer in MIXERS:
         torch.manual_seed(0)
-        model = CausalLM(lm_config(args.mixer, args.size, max_seq_len=args.cache_len,
-                                   **dict(args.overrides)))
+        model = CausalLM(lm_config(args.mixer, args.size,
+                                   **{"max_seq_len": args.cache_len, **dict(args.overrides)}))
     else:
         model, _ = load_model(args.mixer)
     meta = export_lm(model, args.target, args.out, args.precision, args.prefill,
