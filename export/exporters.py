@@ -177,7 +177,13 @@ class Exporter:
         wave = torch.from_numpy(np.asarray(self.verify_wave, np.float32))
         ref, trace = stream_torch(self.step, wave)
         ref = ref.numpy()
-        streamed = rt.run_utterance(self.verify_wave)
+        try:
+            streamed = rt.run_utterance(self.verify_wave)
+        except (RuntimeError, ValueError) as e:  # the runtime rejected what we wrote
+            raise ExportError(
+                f"{self.artifact}: the {self.target} runtime failed to run the exported "
+                f"{self.precision} model: {str(e).strip().splitlines()[-1]}"
+            ) from None
         parity: dict[str, Any] = {
             "utterance_samples": int(len(ref)),
             "stream_sqnr_db_vs_torch_fp32": round(sqnr_db(ref, streamed), 2),
