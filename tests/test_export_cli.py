@@ -43,8 +43,7 @@ def test_export_unknown_profile_is_rejected(tmp_path):
 def test_export_qcgan_35k_onnx_fp32(tmp_path):
     from qsa.models.registry import preset_names
 
-    if "qcgan-35k" not in preset_names():
-        pytest.skip("qcgan-35k is not registered in this checkout (qsa.models.qcgan)")
+    assert "qcgan-35k" in preset_names()
     r = qsa("export", "qcgan-35k", "--target", "onnx", "--precision", "fp32", "-o", str(tmp_path))
     assert r.returncode == 0, r.stderr[-2000:]
     report = json.loads((tmp_path / "report.json").read_text())
