@@ -241,7 +241,7 @@ def enhance_export_demo(args) -> int:
     console.print(table)
     prof = reports.get("tflm", {}).get("profile")
     if prof:
-        console.rule("cortex-m7 budget (TFLite-Micro, int8)")
+        console.rule(f"cortex-m7 budget (TFLite-Micro, {reports['tflm'].get('precision')})")
         for k, v in prof.items():
             console.print(f"  {k:>16}: {v}")
     atomic_write_text(out / "results.json", json.dumps({"rows": rows, "reports": reports,
