@@ -162,7 +162,14 @@ class Trainer:
             schedulers={"generator": self.sched_g},
         )
 
+    def remove_stale_temporaries(self) -> None:
+        """A run killed mid-write leaves its temp file (never a partial checkpoint): drop it."""
+        if self.rank == 0 and self.out.is_dir():
+            for p in self.out.glob(".*.tmp"):
+                p.unlink(missing_ok=True)
+
     def resume(self) -> bool:
+        self.remove_stale_temporaries()
         if not self.ckpt_path.exists():
             return False
         extra = load_checkpoint(
