@@ -12,6 +12,7 @@ system-packages:
 	@scripts/system_packages.sh
 
 $(STAMP): pyproject.toml
+	@echo "[make setup] python packages $$(date -u +%H:%M:%S)"
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
@@ -26,7 +27,9 @@ lint: setup
 
 # lint and the suite both run; either failing fails the target
 test: setup
-	@rc=0; $(VENV)/bin/ruff check . || rc=1; $(VENV)/bin/pytest || rc=1; exit $$rc
+	@echo "[make test] suite starts $$(date -u +%H:%M:%S)"
+	@rc=0; $(VENV)/bin/ruff check . || rc=1; $(VENV)/bin/pytest || rc=1; \
+	echo "[make test] suite ends $$(date -u +%H:%M:%S)"; exit $$rc
 
 bench: setup
 	$(PY) bench/attention_speed.py

@@ -213,9 +213,34 @@ def test_file_through_the_loop(pulse, enhancer, noisy, tmp_path, rate, channels,
     """--input-file played through the real duplex stream, output looped back to the input:
     the recorded output equals offline processing, the looped-back stream carries it (after
     latency alignment) with the noise level dropped, and the click comes back after the
-    reported end-to-end latency within one block."""
-    path, x, click = noisy
-    rec = tmp_path / "rec.wav"
+    reported end-to-end latency within one block.
+
+    The exact checks (what the model saw and produced) must hold on every run. The checks of
+    the audio server's loop-back depend on the server getting the CPU in time: on a loaded
+    2-core machine PulseAudio itself can drop or stretch a few blocks without the app seeing
+    an xrun. Those are given up to three runs; all three failing fails the test (or xfails it
+    when every run reported xruns)."""
+    failures, overloaded_runs = [], 0
+    for attempt in range(3):
+        rec = tmp_path / f"rec{attempt}.wav"
+        lines, y = _loop_run(pulse, enhancer, noisy, rec, rate, channels, latency)
+        _loop_exact_checks(enhancer, noisy, lines, y, rate, channels)
+        if not clean_run(lines):
+            overloaded_runs += 1
+            failures.append(f"run {attempt}: app xruns {lines[-1]['xruns']}")
+            continue
+        try:
+            _loop_server_checks(noisy, lines, y, rate)
+            return
+        except AssertionError as e:
+            failures.append(f"run {attempt}: {e}")
+    if overloaded_runs == len(failures):
+        overloaded(lines[-1], "loop")
+    pytest.fail("the loop-back failed on every run:\n" + "\n".join(failures))
+
+
+def _loop_run(pulse, enhancer, noisy, rec, rate, channels, latency):
+    path, _, _ = noisy
     sink = "loop" if rate == SR else "loop48"  # no resampling inside the server
     r = qsa_live(
         pulse.env_for(sink, f"{sink}.monitor"), "--model", enhancer.model, "-i", "pulse",
@@ -224,13 +249,17 @@ def test_file_through_the_loop(pulse, enhancer, noisy, tmp_path, rate, channels,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     lines = json_lines(r.stdout)
-    final = lines[-1]
-    assert final["final"] and final["samplerate"] == rate and final["channels"] == [channels] * 2
     y, sr = sf.read(rec, dtype="float32")
     assert sr == SR and y.shape[1] == 3  # input, output, microphone
-    inp, out, mic = y.T
-    assert len(inp) >= len(x)
+    return lines, y
 
+
+def _loop_exact_checks(enhancer, noisy, lines, y, rate, channels):
+    _, x, _ = noisy
+    final = lines[-1]
+    assert final["final"] and final["samplerate"] == rate and final["channels"] == [channels] * 2
+    inp, out, _ = y.T
+    assert len(inp) >= len(x)
     # what the model saw is the file (bit-exact without resampling, else through soxr twice)
     if rate == SR:
         np.testing.assert_array_equal(inp[: len(x)], x)
@@ -241,7 +270,16 @@ def test_file_through_the_loop(pulse, enhancer, noisy, tmp_path, rate, channels,
     # the live output is offline processing of that input, sample for sample
     ref = enhancer.offline(inp)
     np.testing.assert_allclose(out[: len(ref)], ref, atol=1e-5)
+    reported = final["latency_ms"]
+    assert reported["end_to_end"] == pytest.approx(
+        reported["algorithmic"] + reported["buffering"], abs=0.02
+    )
 
+
+def _loop_server_checks(noisy, lines, y, rate):
+    _, _, click = noisy
+    final = lines[-1]
+    inp, out, mic = y.T
     # latency: the click, located in the microphone signal, vs the reported figure
     win = mic[click : click + SR // 2]
     measured_ms = int(np.argmax(np.abs(win))) / SR * 1000
@@ -252,12 +290,7 @@ def test_file_through_the_loop(pulse, enhancer, noisy, tmp_path, rate, channels,
         f"{reported['buffering']:.1f}; device {reported['device']:.1f}, pipeline "
         f"{reported['pipeline']:.1f}); xruns {final['xruns']}, restarts {final['restarts']}"
     )
-    assert reported["end_to_end"] == pytest.approx(
-        reported["algorithmic"] + reported["buffering"], abs=0.02
-    )
-    if not clean_run(lines):
-        overloaded(final, "loop")
-    assert abs(measured_ms - reported["end_to_end"]) <= BLOCK_MS
+    assert abs(measured_ms - reported["end_to_end"]) <= BLOCK_MS, (measured_ms, reported)
 
     # the enhanced stream made it through the audio server and back, sample for sample
     lag = align(out, mic)

@@ -139,3 +139,18 @@ def test_batch_never_crashes(speech, tmp_path):
     assert res.means["pesq_wb"] == pytest.approx(by["good"]["pesq_wb"], abs=1e-6)
     inproc = batch_metrics(items[:2], workers=0, metrics=("si_sdr",), progress=False)
     assert inproc.items[0]["si_sdr"] == pytest.approx(by["good"]["si_sdr"])
+
+
+def test_batch_completes_when_a_worker_hangs(speech, tmp_path):
+    """A worker stuck for good (here: reading a FIFO nobody writes) costs that item, not the
+    batch: after ``stall_timeout`` its workers are killed and the item is NaN + reason."""
+    import os
+
+    fifo = tmp_path / "stuck.wav"
+    os.mkfifo(fifo)
+    items = [("good", speech, add_noise(speech, 10)), ("stuck", fifo, fifo)]
+    res = batch_metrics(items, workers=2, metrics=("si_sdr",), progress=False, stall_timeout=5)
+    by = {r["name"]: r for r in res.items}
+    assert by["good"]["si_sdr"] > 5
+    assert math.isnan(by["stuck"]["si_sdr"])
+    assert "worker stalled" in by["stuck"]["errors"]["si_sdr"]

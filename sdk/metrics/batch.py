@@ -76,28 +76,66 @@ def summarize(items: list[dict], metrics: tuple[str, ...] = METRICS) -> MetricsR
 
 
 def batch_metrics(items: Iterable, workers: int = 2, sr: int = 16000,
-                  metrics: tuple[str, ...] = METRICS, progress: bool = True) -> MetricsResult:
+                  metrics: tuple[str, ...] = METRICS, progress: bool = True,
+                  stall_timeout: float = 900.0) -> MetricsResult:
     """Score every item (in order) with ``workers`` processes (0: in this process).
 
     Workers are spawned (they never inherit torch's threads), so a script calling this with
-    ``workers > 0`` needs the usual ``if __name__ == "__main__":`` guard.
+    ``workers > 0`` needs the usual ``if __name__ == "__main__":`` guard. The batch always
+    completes: an item whose worker crashed gets NaN and the reason, and when no item has
+    finished for ``stall_timeout`` seconds the workers are killed and the items left get NaN
+    ("worker stalled") instead of the call hanging.
     """
     from tqdm import tqdm
 
     jobs = list(_jobs(items, sr, tuple(metrics)))
     bar = tqdm(total=len(jobs), unit="file", desc="metrics", disable=not progress)
-    results = []
     try:
         if workers > 0 and len(jobs) > 1:
-            with ProcessPoolExecutor(min(workers, len(jobs)),
-                                     mp_context=mp.get_context("spawn")) as ex:
-                for r in ex.map(_score, jobs):
-                    results.append(r)
-                    bar.update(1)
+            results = _pool_scores(jobs, min(workers, len(jobs)), bar, stall_timeout)
         else:
+            results = []
             for j in jobs:
                 results.append(_score(j))
                 bar.update(1)
     finally:
         bar.close()
     return summarize(results, tuple(metrics))
+
+
+def _failed(job: tuple, reason: str) -> dict:
+    name, _, _, _, metrics = job
+    return {"name": name, **{m: float("nan") for m in metrics},
+            "errors": {m: reason for m in metrics}}
+
+
+def _pool_scores(jobs: list[tuple], n: int, bar, stall_timeout: float) -> list[dict]:
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    ex = ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"))
+    results: list[dict | None] = [None] * len(jobs)
+    index = {ex.submit(_score, j): i for i, j in enumerate(jobs)}
+    pending = set(index)
+    try:
+        while pending:
+            done, pending = wait(pending, timeout=stall_timeout, return_when=FIRST_COMPLETED)
+            if not done:  # nothing finished in stall_timeout: a hung worker, not a slow file
+                for f in pending:
+                    results[index[f]] = _failed(
+                        jobs[index[f]], f"worker stalled (no result in {stall_timeout:.0f} s)")
+                break
+            for f in done:
+                i = index[f]
+                try:
+                    results[i] = f.result()
+                except Exception as e:  # the worker died (native crash, OOM kill)
+                    results[i] = _failed(jobs[i], f"worker failed: {type(e).__name__}: {e}")
+                bar.update(1)
+    finally:
+        if pending:  # stalled or interrupted: never wait on the workers
+            for p in list(getattr(ex, "_processes", {}).values()):
+                p.kill()
+            ex.shutdown(wait=False, cancel_futures=True)
+        else:
+            ex.shutdown()
+    return results  # type: ignore[return-value]
