@@ -369,12 +369,10 @@ def make_corpus(
     workers needs the ``if __name__ == "__main__":`` guard) and written in index order; each
     split stops at the first item that reaches its share of ``hours``.
     """
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
     from tqdm import tqdm
 
     from qsa.fileio import atomic_write_text
+    from qsa.workers import spawn_pool
 
     if not hours > 0:
         raise QsaError(f"--hours {hours} must be > 0 (e.g. 0.02 for a test corpus)")
@@ -386,7 +384,7 @@ def make_corpus(
     # marker first, so an interrupted build can be replaced with --force
     atomic_write_text(out / "corpus.json", json.dumps({"status": "incomplete"}) + "\n")
     t0 = time.perf_counter()
-    ex = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) if workers > 0 else None
+    ex = spawn_pool(workers) if workers > 0 else None
     records: list[dict] = []
     totals = {}
     bar = tqdm(total=round(hours * 3600), unit="s", desc="synth", disable=not progress)

@@ -9,10 +9,8 @@ the batch always completes.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -112,7 +110,9 @@ def _failed(job: tuple, reason: str) -> dict:
 def _pool_scores(jobs: list[tuple], n: int, bar, stall_timeout: float) -> list[dict]:
     from concurrent.futures import FIRST_COMPLETED, wait
 
-    ex = ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"))
+    from qsa.workers import kill_pool, spawn_pool
+
+    ex = spawn_pool(n)
     results: list[dict | None] = [None] * len(jobs)
     index = {ex.submit(_score, j): i for i, j in enumerate(jobs)}
     pending = set(index)
@@ -133,9 +133,7 @@ def _pool_scores(jobs: list[tuple], n: int, bar, stall_timeout: float) -> list[d
                 bar.update(1)
     finally:
         if pending:  # stalled or interrupted: never wait on the workers
-            for p in list(getattr(ex, "_processes", {}).values()):
-                p.kill()
-            ex.shutdown(wait=False, cancel_futures=True)
+            kill_pool(ex)
         else:
             ex.shutdown()
     return results  # type: ignore[return-value]

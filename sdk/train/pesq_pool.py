@@ -7,8 +7,7 @@ they never inherit torch's thread pools).
 
 from __future__ import annotations
 
-import multiprocessing as mp
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 
 import numpy as np
 
@@ -34,10 +33,9 @@ class PesqPool:
     def __init__(self, workers: int = 2, sr: int = 16000, mode: str = "wb"):
         self.sr, self.mode = sr, mode
         self.workers = workers
-        self._ex = (
-            ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) if workers > 0
-            else None
-        )
+        from qsa.workers import spawn_pool
+
+        self._ex = spawn_pool(workers) if workers > 0 else None
 
     def submit(self, ref: np.ndarray, deg: np.ndarray) -> Future | list[float]:
         jobs = [(np.asarray(r, np.float64), np.asarray(d, np.float64), self.sr, self.mode)
