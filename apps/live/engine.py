@@ -661,7 +661,10 @@ class LiveSession:
         try:
             if self.stream is not None:
                 try:
-                    self.stream.abort() if self.error else self.stream.stop()
+                    # abort, not stop: stop() waits until the output buffers have played,
+                    # and an overloaded audio server can keep that from ever happening
+                    # (Ctrl-C then hung for 30 s+ in CI); what was recorded is already ours
+                    self.stream.abort()
                     self.stream.close()
                 except Exception:  # the device may be gone already; we still save below
                     pass
