@@ -117,10 +117,16 @@ class Exporter:
     def calibration_inputs(self, max_steps: int = 600):
         """(frame, *state) tuples from streaming the fp32 step module over the calibration set
         (the states a deployed model actually sees)."""
+        from .split import stream_network_inputs
+
         inputs = []
         for wave in self.calib:
-            _, trace = stream_torch(self.step, torch.from_numpy(np.asarray(wave, np.float32)))
-            inputs.extend((f, *s) for f, s in trace)
+            w = torch.from_numpy(np.asarray(wave, np.float32))
+            if self.split:
+                inputs.extend(stream_network_inputs(self.step, w))
+            else:
+                _, trace = stream_torch(self.step, w)
+                inputs.extend((f, *s) for f, s in trace)
         stride = max(1, len(inputs) // max_steps)
         return inputs[::stride]
 
@@ -129,6 +135,9 @@ class Exporter:
         if self.artifact.exists() and not self.force:
             raise ExportError(f"{self.artifact} already exists; pass --force to overwrite it")
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        # a previous export's report (and the sha256 it records) does not describe what this
+        # run writes: drop it, so loaders never check the new artifact against it
+        (self.out_dir / "report.json").unlink(missing_ok=True)
         for name in stages or self.STAGES:
             t0 = time.perf_counter()
             with warnings.catch_warnings():
@@ -148,12 +157,28 @@ class Exporter:
         )
 
     def prepare(self) -> None:
-        """The step module (fp32 reference) and its export form (components stored once)."""
+        """The step module (fp32 reference) and its export form (components stored once).
+
+        int8 of a step with a DSP / network split (``qsa.export.split``): the artifact holds
+        the network only, the DSP runs on the host around it."""
+        from .split import INT8_MASK_VALUE, splittable
+
         self.step = as_step_module(self.source)
         for p in self.step.parameters():
             p.requires_grad_(False)
-        self.export_step = prepare_for_export(self.step)
-        self.example = example_inputs(self.step)
+        self.split = self.precision == "int8" and splittable(self.step)
+        if self.split:
+            net = self.step.network()
+            self.export_step = prepare_for_export(net)
+            for m in self.export_step.modules():  # empty-cache mask inside the int8 range
+                if hasattr(m, "mask_value"):
+                    m.mask_value = INT8_MASK_VALUE
+            self.example = (net.example_input(1), *net.init_state(1))
+            self.n_outputs = net.n_outputs
+        else:
+            self.export_step = prepare_for_export(self.step)
+            self.example = example_inputs(self.step)
+            self.n_outputs = 1
         self.n_inputs = len(self.example)
 
     def export(self) -> None:
@@ -169,10 +194,14 @@ class Exporter:
         raise NotImplementedError
 
     def runtime(self):
-        return load_runtime(self.target, self.artifact)
+        return load_runtime(self.target, self.artifact, host_dsp=False)
 
     def verify(self) -> None:
         rt = self.runtime()
+        if self.split:
+            from .split import SplitRuntime
+
+            rt = SplitRuntime(rt, self.step)
         self.loaded = rt
         wave = torch.from_numpy(np.asarray(self.verify_wave, np.float32))
         ref, trace = stream_torch(self.step, wave)
@@ -244,6 +273,7 @@ class Exporter:
 
     def measure(self) -> None:
         from .report import macs_per_step
+        from .validate import sha256_file
 
         n_params = count_params(self.step)
         size = sum(p.stat().st_size for p in [self.artifact])
@@ -254,7 +284,9 @@ class Exporter:
             "precision": self.precision,
             "artifact": self.artifact.name,
             "bytes": int(size),
+            "sha256": sha256_file(self.artifact),
             "params": int(n_params),
+            "model_config": _model_config(self.step),
             "bytes_per_param": round(size / max(1, n_params), 4),
             "packed_bound_bytes": int(1.25 * n_params + 24 * 1024),
             "ops": self.ops(),
@@ -262,10 +294,7 @@ class Exporter:
             "macs_per_hop": int(macs),
             "mac_per_s": int(macs * 16000 / self.step.hop),
             "sample_rate": 16000,
-            "io": {
-                "hop": int(self.step.hop),
-                "state_shapes": [list(s.shape) for s in self.example[1:]],
-            },
+            "io": self._io(),
             "latency_per_hop": self.latency(),
             "parity": self.parity,
             "verified": self.parity["verified"],
@@ -273,6 +302,22 @@ class Exporter:
             "files": [p.name for p in self.files],
         }
         self._write_report()
+
+    def _io(self) -> dict[str, Any]:
+        io: dict[str, Any] = {
+            "hop": int(self.step.hop),
+            "state_shapes": [list(s.shape) for s in self.example[1:]],
+        }
+        if self.split:
+            k = self.step.n_dsp_state
+            io["split"] = {
+                "graph": "network only: the STFT analysis/synthesis and power-law compression "
+                "run on the host DSP in float (qsa.export.split)",
+                "network_input_shape": list(self.example[0].shape),
+                "network_outputs": int(self.n_outputs),
+                "dsp_state_shapes": [list(s.shape) for s in self.step.init_state(1)[:k]],
+            }
+        return io
 
     def _write_report(self) -> None:
         from qsa.fileio import atomic_write_text
@@ -285,6 +330,13 @@ class Exporter:
         atomic_write_bytes(path, data)
         if path not in self.files:
             self.files.append(path)
+
+
+def _model_config(step: nn.Module) -> dict | None:
+    from qsa.config import ModelConfig, config_to_dict
+
+    cfg = getattr(getattr(step, "model", step), "config", None)
+    return config_to_dict(cfg) if isinstance(cfg, ModelConfig) else None
 
 
 def _calibrate(fn, inputs_list) -> None:
@@ -313,7 +365,20 @@ class ExecuTorchExporter(Exporter):
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir import to_edge_transform_and_lower
 
-        edge = to_edge_transform_and_lower(self.exported, partitioner=[XnnpackPartitioner()])
+        partitioner = XnnpackPartitioner()
+        if self.precision == "int8":
+            # XNNPACK rejects the quantised constant pads of this graph at init
+            # ("Failed to create StaticConstantPad node ... invalid_parameter"): pads stay on
+            # the portable kernels, everything else is delegated
+            from executorch.backends.xnnpack.partition.config import (
+                ALL_PARTITIONER_CONFIGS,
+                ConstantPadConfig,
+            )
+
+            partitioner = XnnpackPartitioner(
+                configs=[c for c in ALL_PARTITIONER_CONFIGS if c is not ConstantPadConfig]
+            )
+        edge = to_edge_transform_and_lower(self.exported, partitioner=[partitioner])
         self.edge = edge
         self.program = edge.to_executorch()
 
@@ -324,6 +389,7 @@ class ExecuTorchExporter(Exporter):
         return load_runtime(
             "executorch",
             self.artifact,
+            host_dsp=False,
             hop=self.step.hop,
             state_shapes=[tuple(s.shape) for s in self.example[1:]],
         )
@@ -358,8 +424,9 @@ class OnnxExporter(Exporter):
     target = "onnx"
 
     def export(self) -> None:
-        names_in = ["frame"] + [f"state_{k}" for k in range(self.n_inputs - 1)]
-        names_out = ["out"] + [f"new_state_{k}" for k in range(self.n_inputs - 1)]
+        names_in = self._input_names()
+        heads = ["out"] if self.n_outputs == 1 else [f"out_{k}" for k in range(self.n_outputs)]
+        names_out = heads + [f"new_state_{k}" for k in range(self.n_inputs - 1)]
         self.fp32_path = self.out_dir / (
             "model.onnx" if self.precision == "fp32" else "model.fp32.onnx"
         )
@@ -390,7 +457,7 @@ class OnnxExporter(Exporter):
             quantize_static,
         )
 
-        names = ["frame"] + [f"state_{k}" for k in range(self.n_inputs - 1)]
+        names = self._input_names()
         feeds = [
             {n: a.numpy() for n, a in zip(names, args, strict=True)}
             for args in self.calibration_inputs(max_steps=300)
@@ -422,6 +489,10 @@ class OnnxExporter(Exporter):
             )
         self.files.append(self.artifact)
 
+    def _input_names(self) -> list[str]:
+        first = "features" if self.split else "frame"
+        return [first] + [f"state_{k}" for k in range(self.n_inputs - 1)]
+
     def lower(self) -> None:
         """onnxruntime optimises at session creation; nothing to lower ahead of time."""
 
@@ -433,6 +504,17 @@ class OnnxExporter(Exporter):
 
     def ops(self) -> dict[str, int]:
         return dict(sorted(Counter(n.op_type for n in self.onnx_model.graph.node).items()))
+
+
+def _strip_tflite_strings(path: Path) -> None:
+    """Drop tensor names, the description and the signature table (what TFLite's own
+    ``strip_strings`` drops): on a small int8 model the names are a third of the file and
+    nothing the interpreters read (inputs and outputs keep their subgraph order)."""
+    from ai_edge_litert.tools import flatbuffer_utils as fbu
+
+    m = fbu.read_model_from_bytearray(Path(path).read_bytes())
+    fbu.strip_strings(m)
+    Path(path).write_bytes(bytes(fbu.convert_object_to_bytearray(m)))
 
 
 class LiteRTExporter(Exporter):
@@ -471,6 +553,7 @@ class LiteRTExporter(Exporter):
 
         with atomic_path(self.artifact) as tmp:
             self.converted.export(str(tmp))
+            _strip_tflite_strings(tmp)
         self.files.append(self.artifact)
         self.check_graph()
 
@@ -517,7 +600,9 @@ class TFLMExporter(LiteRTExporter):
         from .tflm import bisect_arena
 
         self.arena = bisect_arena(self.artifact)
-        return load_runtime("tflm", self.artifact, arena_size=self.arena["arena_bytes"])
+        return load_runtime(
+            "tflm", self.artifact, host_dsp=False, arena_size=self.arena["arena_bytes"]
+        )
 
     def memory(self) -> dict[str, Any]:
         return dict(self.arena)

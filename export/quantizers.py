@@ -8,7 +8,9 @@ stock annotator and gives every remaining float op a quantisation spec:
 
 * layout ops (view/reshape/permute/transpose/select/slice/(un)squeeze/pad/flatten/clone) share
   their input's quantisation parameters (no requantisation, the values are copied);
-* tanh gets TFLite's fixed output scale 1/128 (zero point 0), sigmoid 1/256 (zp -128);
+* tanh gets TFLite's fixed output scale 1/128 (zero point 0), sigmoid and softmax 1/256
+  (zp -128);
+* activation x activation matmuls (attention weights x values) get int8 inputs and output;
 * PReLU gets int8 activations and int8 per-tensor slopes;
 * every other elementwise op gets int8 input and output observers.
 """
@@ -70,6 +72,8 @@ ELEMENTWISE_OPS = {
     _aten.cat.default,
 }
 PRELU_OPS = {_aten.prelu.default, _aten._prelu_kernel.default}
+SOFTMAX_OPS = {_aten.softmax.int, _aten._softmax.default}
+MATMUL_OPS = {_aten.matmul.default, _aten.bmm.default}
 
 
 def _is_float_tensor(n) -> bool:
@@ -160,6 +164,24 @@ def complete_int8_annotation(gm: GraphModule, act_qspec, weight_qspec=None) -> G
             out = _fixed(1 / 128, 0) if n.target in TANH_OPS else _fixed(1 / 256, -128)
             n.meta["quantization_annotation"] = QuantizationAnnotation(
                 input_qspec_map={src: act_qspec}, output_qspec=out, _annotated=True
+            )
+            continue
+        if n.target in SOFTMAX_OPS:  # TFLite's int8 softmax: output scale 1/256, zp -128
+            n.meta["quantization_annotation"] = QuantizationAnnotation(
+                input_qspec_map={src: act_qspec}, output_qspec=_fixed(1 / 256, -128),
+                _annotated=True,
+            )
+            continue
+        if n.target in MATMUL_OPS:  # activation x activation (attention weights x values)
+            # an input already quantised upstream keeps its parameters (no requantisation:
+            # TFLite requires the layout ops between to keep one scale)
+            n.meta["quantization_annotation"] = QuantizationAnnotation(
+                input_qspec_map={
+                    a: SharedQuantizationSpec(a) if _has_output_qspec(a) else act_qspec
+                    for a in tensor_args[:2]
+                },
+                output_qspec=act_qspec,
+                _annotated=True,
             )
             continue
         if n.target in PRELU_OPS:

@@ -12,6 +12,12 @@ XNNPACK delegate, ``executorch.runtime``), ``litert`` (``ai_edge_litert`` interp
 ``tflm`` (``tflite_micro`` interpreter; ``arena_size`` bytes). Full-int8 TFLite models take and
 give int8 tensors; the runtime quantises inputs and dequantises outputs with the tensors' own
 scale/zero point, so callers always see float32.
+
+Every file-based runtime first runs ``qsa.export.validate.check_artifact`` on the file (magic,
+size, structure; and the sha256 that the exporter's report.json next to it records, when there
+is one) and hands the native runtime the checked bytes, so a truncated or altered artifact is
+an ``ExportError``, never a crash in native code. A step whose outputs have the wrong shape, or
+are NaN/Inf for finite inputs, is an ``ExportError`` too.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ExportError
+from .validate import check_artifact, report_sha256
 
 KINDS = ("torch", "onnx", "executorch", "litert", "tflm")
 
@@ -31,9 +38,16 @@ class Runtime:
 
     kind = "base"
 
+    source = "model"
+
     def __init__(self, hop: int, state_shapes: list[tuple[int, ...]]):
         self.hop = int(hop)
         self.state_shapes = [tuple(int(d) for d in s) for s in state_shapes]
+        if self.hop <= 0 or any(d < 0 for s in self.state_shapes for d in s):
+            raise ExportError(
+                f"{self.kind} runtime for {self.source}: input shapes hop={self.hop}, states "
+                f"{self.state_shapes} are not a streaming step's; re-export the model"
+            )
 
     def init_state(self) -> list[np.ndarray]:
         return [np.zeros(s, np.float32) for s in self.state_shapes]
@@ -49,8 +63,32 @@ class Runtime:
                 f"{len(self.state_shapes)}; start from runtime.init_state()"
             )
         ins = [frame] + [np.ascontiguousarray(np.asarray(s, np.float32)) for s in state]
-        outs = self._run(ins)
-        return outs[0].reshape(1, self.hop), list(outs[1:])
+        try:
+            outs = self._run(ins)
+        except ExportError:
+            raise
+        except Exception as e:  # the native runtime refused to run the graph
+            msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            raise ExportError(
+                f"{self.kind} runtime failed to run a step of {self.source}: {msg}; if the "
+                "artifact was copied or edited, re-export it with `qsa export`"
+            ) from None
+        want = [(1, self.hop), *self.state_shapes]
+        got = [tuple(np.shape(o)) for o in outs]
+        if len(outs) != len(want) or any(
+            int(np.prod(g)) != int(np.prod(w)) for g, w in zip(got, want, strict=True)
+        ):
+            raise ExportError(
+                f"{self.kind} runtime: {self.source} returned outputs of shapes {got}, "
+                f"expected {want} (frame, new state); re-export the model"
+            )
+        outs = [np.asarray(o).reshape(w) for o, w in zip(outs, want, strict=True)]
+        if not all(np.isfinite(o).all() for o in outs) and all(np.isfinite(x).all() for x in ins):
+            raise ExportError(
+                f"{self.kind} runtime: {self.source} produced NaN/Inf from finite inputs; the "
+                "artifact is corrupt or the model diverged: re-export it with `qsa export`"
+            )
+        return outs[0], list(outs[1:])
 
     def run_utterance(self, wave: np.ndarray) -> np.ndarray:
         wave = np.asarray(wave, np.float32).reshape(-1)
@@ -61,6 +99,21 @@ class Runtime:
             y, state = self.step(wave[t * self.hop : (t + 1) * self.hop], state)
             out[t * self.hop : (t + 1) * self.hop] = y.reshape(-1)
         return out
+
+
+def _checked(path, kind: str, expected_sha256: str | None) -> bytes:
+    """The artifact's bytes after check_artifact; the sha256 defaults to report.json's."""
+    if expected_sha256 is None:
+        expected_sha256 = report_sha256(path)
+    return check_artifact(path, kind, expected_sha256)
+
+
+def _load_error(path, kind: str, e: Exception) -> ExportError:
+    msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+    return ExportError(
+        f"the {kind} runtime cannot load {path}: {msg}; re-export it with "
+        f"`qsa export --target {kind} ...`"
+    )
 
 
 class TorchRuntime(Runtime):
@@ -97,18 +150,28 @@ class TorchRuntime(Runtime):
 class OnnxRuntime(Runtime):
     kind = "onnx"
 
-    def __init__(self, path: str | os.PathLike, threads: int = 1):
+    def __init__(
+        self, path: str | os.PathLike, threads: int = 1, expected_sha256: str | None = None
+    ):
         import onnxruntime as ort
 
+        self.source = str(path)
+        data = _checked(path, "onnx", expected_sha256)
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
         so.log_severity_level = 3
-        self.session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        ins = self.session.get_inputs()
-        self.input_names = [i.name for i in ins]
-        self.output_names = [o.name for o in self.session.get_outputs()]
-        super().__init__(ins[0].shape[-1], [tuple(i.shape) for i in ins[1:]])
+        try:
+            self.session = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+            ins = self.session.get_inputs()
+            self.input_names = [i.name for i in ins]
+            self.output_names = [o.name for o in self.session.get_outputs()]
+            hop, states = ins[0].shape[-1], [tuple(i.shape) for i in ins[1:]]
+            if not isinstance(hop, int) or not all(isinstance(d, int) for s in states for d in s):
+                raise ValueError(f"symbolic input shapes {[i.shape for i in ins]}")
+        except Exception as e:
+            raise _load_error(path, "onnx", e) from None
+        super().__init__(hop, states)
 
     def _run(self, inputs):
         return self.session.run(self.output_names, dict(zip(self.input_names, inputs, strict=True)))
@@ -117,15 +180,19 @@ class OnnxRuntime(Runtime):
 class ExecuTorchRuntime(Runtime):
     kind = "executorch"
 
-    def __init__(self, path: str | os.PathLike, hop: int, state_shapes):
+    def __init__(
+        self, path: str | os.PathLike, hop: int, state_shapes, expected_sha256: str | None = None
+    ):
         import torch
         from executorch.runtime import Runtime as ETRuntime
 
         self._torch = torch
+        self.source = str(path)
+        data = _checked(path, "executorch", expected_sha256)
         try:
-            self.program = ETRuntime.get().load_program(Path(path))
+            self.program = ETRuntime.get().load_program(data)
             self.method = self.program.load_method("forward")
-        except RuntimeError as e:
+        except Exception as e:  # RuntimeError from the loader; KeyError for a missing method
             raise ExportError(
                 f"the ExecuTorch runtime cannot load {path}: {e} (an XNNPACK delegate that "
                 "fails to compile at init; the executorch int8 export of this graph is a known "
@@ -185,17 +252,26 @@ def _detail(d: dict) -> dict:
 class LiteRTRuntime(Runtime):
     kind = "litert"
 
-    def __init__(self, path: str | os.PathLike, threads: int = 1):
+    def __init__(
+        self, path: str | os.PathLike, threads: int = 1, expected_sha256: str | None = None
+    ):
         from ai_edge_litert.interpreter import Interpreter
 
-        self.interpreter = Interpreter(model_path=str(path), num_threads=threads)
-        self.interpreter.allocate_tensors()
-        ins = self.interpreter.get_input_details()
-        outs = self.interpreter.get_output_details()
-        self.in_index = [d["index"] for d in ins]
-        self.out_index = [d["index"] for d in outs]
-        self.io = _TfliteIO([_detail(d) for d in ins], [_detail(d) for d in outs])
+        self.source = str(path)
+        self._data = _checked(path, "litert", expected_sha256)
+        try:
+            self.interpreter = Interpreter(model_content=self._data, num_threads=threads)
+            self.interpreter.allocate_tensors()
+            ins = self.interpreter.get_input_details()
+            outs = self.interpreter.get_output_details()
+            self.in_index = [d["index"] for d in ins]
+            self.out_index = [d["index"] for d in outs]
+            self.io = _TfliteIO([_detail(d) for d in ins], [_detail(d) for d in outs])
+        except Exception as e:
+            raise _load_error(path, "litert", e) from None
         shapes = [d["shape"] for d in self.io.ins]
+        if not shapes or not shapes[0]:
+            raise _load_error(path, "litert", ValueError(f"input shapes {shapes}"))
         super().__init__(shapes[0][-1], shapes[1:])
 
     def _run(self, inputs):
@@ -209,26 +285,39 @@ class LiteRTRuntime(Runtime):
 class TFLMRuntime(Runtime):
     kind = "tflm"
 
-    def __init__(self, path: str | os.PathLike, arena_size: int | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        arena_size: int | None = None,
+        expected_sha256: str | None = None,
+    ):
         from tflite_micro.python.tflite_micro import runtime
 
-        self.path = str(path)
+        self.path = self.source = str(path)
         self.arena_size = arena_size
+        self._data = _checked(path, "tflm", expected_sha256)  # kept alive: TFLM reads it
         try:
-            self.interpreter = runtime.Interpreter.from_file(self.path, arena_size=arena_size)
+            self.interpreter = runtime.Interpreter.from_bytes(self._data, arena_size=arena_size)
         except Exception as e:  # the TFLM binding raises RuntimeError/ValueError variants
             raise ExportError(f"TFLM could not load {path} (arena {arena_size}): {e}") from None
         from .tflm import _quiet_native_output
 
         ins, outs = [], []
-        with _quiet_native_output():  # probing past the last input prints a C++ error
+        with _quiet_native_output():  # probing past the last input/output prints a C++ error
             while True:
                 try:
                     ins.append(_detail(self.interpreter.get_input_details(len(ins))))
                 except Exception:
                     break
-        for k in range(len(ins)):
-            outs.append(_detail(self.interpreter.get_output_details(k)))
+            while True:  # a DSP / network split's network has more outputs than inputs
+                try:
+                    outs.append(_detail(self.interpreter.get_output_details(len(outs))))
+                except Exception:
+                    break
+        if len(outs) < len(ins):
+            raise _load_error(path, "tflm", ValueError(f"{len(ins)} inputs, {len(outs)} outputs"))
+        if not ins or not ins[0]["shape"]:
+            raise _load_error(path, "tflm", ValueError(f"inputs {ins}"))
         self.io = _TfliteIO(ins, outs)
         super().__init__(ins[0]["shape"][-1], [d["shape"] for d in ins[1:]])
 
@@ -240,12 +329,29 @@ class TFLMRuntime(Runtime):
         return [self.io.decode(k, it.get_output(k)) for k in range(len(self.io.outs))]
 
 
-def load_runtime(kind: str, artifact, **kwargs) -> Runtime:
+def load_runtime(kind: str, artifact, host_dsp: bool = True, **kwargs) -> Runtime:
     """A runtime of ``kind`` (one of KINDS) for ``artifact`` (see the module docstring).
 
     executorch needs ``hop`` and ``state_shapes`` (the .pte carries no input metadata the
-    Python runtime exposes); the exporter's report.json has both.
+    Python runtime exposes); the exporter's report.json has both. An int8 artifact that holds
+    only the network of a DSP / network split (``io.split`` in its report.json) comes wrapped
+    in the host DSP (``qsa.export.split.SplitRuntime``) unless ``host_dsp=False``, so it
+    streams audio like every other runtime.
     """
+    rt = _load_runtime(kind, artifact, **kwargs)
+    report = Path(artifact).with_name("report.json") if kind != "torch" else None
+    if host_dsp and report is not None and report.is_file():
+        import json
+
+        r = json.loads(report.read_text())
+        if r.get("io", {}).get("split"):
+            from .split import SplitRuntime, step_from_report
+
+            rt = SplitRuntime(rt, step_from_report(r))
+    return rt
+
+
+def _load_runtime(kind: str, artifact, **kwargs) -> Runtime:
     if kind == "torch":
         return TorchRuntime(artifact, **kwargs)
     if kind == "onnx":

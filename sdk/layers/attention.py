@@ -76,6 +76,9 @@ class QuaternionSelfAttention(nn.Module):
         self.score = score
         self.causal = causal
         self.window = window
+        # additive mask of the streaming cache's empty slots; an int8 export sets a small
+        # value (-16: exp(-16) ~ 1e-7) so the masked scores share one int8 range with the rest
+        self.mask_value = _NEG
         self.q_proj = QuaternionLinear(embed_dim, embed_dim, bias)
         self.k_proj = QuaternionLinear(embed_dim, embed_dim, bias)
         self.v_proj = QuaternionLinear(embed_dim, embed_dim, bias)
@@ -170,7 +173,7 @@ class QuaternionSelfAttention(nn.Module):
         k_all = torch.cat([k_cache, self.k_proj(x)], dim=1)  # (B, W, E)
         v_all = torch.cat([v_cache, self.v_proj(x)], dim=1)
         valid_all = torch.cat([valid, torch.ones_like(x[:, :, 0])], dim=1)  # (B, W)
-        mask = ((1.0 - valid_all) * _NEG).view(x.shape[0], 1, 1, -1)  # (B, 1, 1, W)
+        mask = ((1.0 - valid_all) * self.mask_value).view(x.shape[0], 1, 1, -1)  # (B, 1, 1, W)
         if self.score == "hamilton":
             mask = mask.unsqueeze(2)  # (B, 1, 1, 1, W) against (B, H, 4, 1, W)
         q = self._heads(self.q_proj(x))

@@ -79,6 +79,7 @@ from .registry import register_model, register_preset
 __all__ = [
     "QCGAN",
     "Enhanced",
+    "NetworkStep",
     "QCGANConfig",
     "StepModule",
     "count_parameters",
@@ -442,12 +443,20 @@ class QCGAN(nn.Module):
             skips.append(h)
         return h, skips[:-1]
 
-    def _decode(self, h, skips, mag_c, cos, sin):
-        """-> compressed enhanced (re_c, im_c), each (B, T, F)."""
+    def _heads(self, h, skips):
+        """-> bounded magnitude mask (B, T, F) and compressed complex residual (B, 2, T, F)."""
         mask = self.mask_act(self.mask_decoder(h, skips)[:, 0])  # (B, T, F)
-        res = self.complex_decoder(h, skips)  # (B, 2, T, F)
+        return mask, self.complex_decoder(h, skips)  # (B, 2, T, F)
+
+    @staticmethod
+    def _apply(mask, res, mag_c, cos, sin):
+        """mask and residual on the noisy compressed spectrum -> (re_c, im_c), each (B, T, F)."""
         m = mask * mag_c
         return m * cos + res[:, 0], m * sin + res[:, 1]
+
+    def _decode(self, h, skips, mag_c, cos, sin):
+        """-> compressed enhanced (re_c, im_c), each (B, T, F)."""
+        return self._apply(*self._heads(h, skips), mag_c, cos, sin)
 
     def _decompress(self, re_c: torch.Tensor, im_c: torch.Tensor):
         mag_c = torch.sqrt(re_c * re_c + im_c * im_c + _EPS)
@@ -490,22 +499,66 @@ class QCGAN(nn.Module):
         return tuple(state)
 
     def step(self, frame: torch.Tensor, state: tuple[torch.Tensor, ...]):
-        """One hop (B, hop) -> (enhanced hop (B, hop) delayed by n_fft - hop, new state)."""
-        in_buf, ola = state[0], state[1]
+        """One hop (B, hop) -> (enhanced hop (B, hop) delayed by n_fft - hop, new state).
+
+        = ``analysis`` (DSP) -> ``network_step`` (the neural network) -> ``synthesis`` (DSP):
+        the split an int8 export uses (the network in the int8 graph, the DSP on the host)."""
+        x, aux, in_buf = self.analysis(frame, state[0])
+        mask, res, net_state = self.network_step(x, state[2:])
+        out, ola = self.synthesis(mask, res, aux, state[1])
+        return out, (in_buf, ola, *net_state)
+
+    def analysis(self, frame: torch.Tensor, in_buf: torch.Tensor):
+        """DSP front end of one hop: frame (B, hop) -> quaternion features x (B, 4, 1, F),
+        aux = (|X|^c, cos, sin) each (B, 1, F) for the synthesis, new analysis buffer."""
         re, im, in_buf = self.stft.analysis_step(frame, in_buf)  # (B, 1, F)
         x, mag_c, cos, sin = self._features(re, im)
+        return x, (mag_c, cos, sin), in_buf
+
+    def network_step(self, x: torch.Tensor, state: tuple[torch.Tensor, ...]):
+        """The network on one frame: x (B, 4, 1, F) and the blocks' state -> mask (B, 1, F),
+        residual (B, 2, 1, F), the blocks' new state (4 tensors per block)."""
         h, skips = self._encode(x)
-        new_state = [in_buf, None]
+        new_state = []
         for i, blk in enumerate(self.blocks):
-            h, st = blk.step(h, tuple(state[2 + 4 * i : 6 + 4 * i]))
+            h, st = blk.step(h, tuple(state[4 * i : 4 * i + 4]))
             new_state.extend(st)
-        re_c, im_c = self._decode(h, skips, mag_c, cos, sin)
+        mask, res = self._heads(h, skips)
+        return mask, res, tuple(new_state)
+
+    def synthesis(self, mask, res, aux, ola: torch.Tensor):
+        """DSP back end: mask + residual on the noisy compressed spectrum, decompression,
+        inverse DFT and overlap-add -> (output hop (B, hop), new overlap-add buffer)."""
+        re_c, im_c = self._apply(mask, res, *aux)
         re_e, im_e = self._decompress(re_c, im_c)
-        out, new_state[1] = self.stft.synthesis_step(re_e, im_e, ola)
-        return out, tuple(new_state)
+        return self.stft.synthesis_step(re_e, im_e, ola)
 
     def step_module(self) -> StepModule:
         return StepModule(self)
+
+
+class NetworkStep(nn.Module):
+    """The int8 exporters' graph: forward(x (B, 4, 1, F), *block_state) -> (mask (B, 1, F),
+    residual (B, 2, 1, F), *new_block_state). STFT, compression and their inverses stay on
+    the host DSP (``StepModule.analysis`` / ``synthesis``), as CMSIS-DSP would run them on a
+    microcontroller: their 66K-value DFT bases and log/exp/sqrt/div do not belong in an int8
+    graph."""
+
+    n_outputs = 2
+
+    def __init__(self, model: QCGAN):
+        super().__init__()
+        self.model = model
+
+    def init_state(self, batch: int = 1) -> tuple[torch.Tensor, ...]:
+        return self.model.init_state(batch)[2:]
+
+    def example_input(self, batch: int = 1) -> torch.Tensor:
+        return torch.zeros(batch, 4, 1, self.model.config.n_freq)  # (B, 4, 1, F)
+
+    def forward(self, x: torch.Tensor, *state: torch.Tensor):
+        mask, res, new_state = self.model.network_step(x, state)
+        return (mask, res, *new_state)
 
 
 class StepModule(nn.Module):
@@ -524,6 +577,22 @@ class StepModule(nn.Module):
     def forward(self, frame: torch.Tensor, *state: torch.Tensor):
         out, new_state = self.model.step(frame, state)
         return (out, *new_state)
+
+    # -- the DSP / network split (qsa.export.split) ------------------------------------------
+    n_dsp_state = 2  # the STFT analysis buffer and the overlap-add buffer lead the state
+
+    def network(self) -> NetworkStep:
+        return NetworkStep(self.model)
+
+    def analysis(self, frame: torch.Tensor, *dsp_state: torch.Tensor):
+        """-> (network input x, aux for the synthesis, new DSP state tuple)."""
+        x, aux, in_buf = self.model.analysis(frame, dsp_state[0])
+        return x, aux, (in_buf, dsp_state[1])
+
+    def synthesis(self, net_out, aux, dsp_state):
+        """(mask, residual), aux, DSP state -> (output hop, new DSP state tuple)."""
+        out, ola = self.model.synthesis(net_out[0], net_out[1], aux, dsp_state[1])
+        return out, (dsp_state[0], ola)
 
 
 def count_parameters(model: nn.Module) -> int:

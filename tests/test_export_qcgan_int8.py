@@ -1,0 +1,89 @@
+"""qcgan-35k (the shipped weights) to a full-integer TFLite-Micro artifact, run for real.
+
+One export (LiteRT PT2E conversion + the TFLM checks), then the same .tflite in both
+interpreters: TFLM (reference kernels, the microcontroller target) and LiteRT. The artifact
+holds the network of the DSP / network split (qsa.export.split): every op int8, the STFT and
+power-law compression on the host DSP around it.
+"""
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+from qsa.export import INT8_SQNR_FLOOR_DB, export_model, load_runtime, sqnr_db
+from qsa.export.calib import verification_utterance
+from qsa.export.split import SplitRuntime
+from qsa.export.step import stream_torch
+from qsa.export.tflm import float_ops, tflite_ops
+
+logging.getLogger("torch.__trace").propagate = False
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def model():
+    import qsa
+
+    return qsa.load("qcgan-35k").eval()
+
+
+@pytest.fixture(scope="module")
+def tflm_int8(model, tmp_path_factory):
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("qcgan35k-tflm-int8")
+    return export_model(model, "tflm", "int8", out, model_name="qcgan-35k")
+
+
+@pytest.fixture(scope="module")
+def reference(model):
+    wave = verification_utterance()
+    ref, _ = stream_torch(model.step_module(), torch.from_numpy(np.asarray(wave, np.float32)))
+    return wave, ref.numpy()
+
+
+def test_tflm_int8_is_integer_only_and_verified(tflm_int8):
+    r = tflm_int8.report
+    assert r["verified"] and r["parity"]["stream_sqnr_db_vs_torch_fp32"] >= INT8_SQNR_FLOOR_DB
+    ops = tflite_ops(tflm_int8.artifact)
+    assert float_ops(ops) == []
+    assert "DEQUANTIZE" not in r["ops"]
+    split = r["io"]["split"]
+    assert split["network_input_shape"] == [1, 4, 1, 129] and split["network_outputs"] == 2
+    assert r["model_config"]["kind"] == "qcgan"
+    assert 0 < r["memory"]["arena_bytes"] <= 512 * 1024  # measured; fits a cortex-m7 SRAM
+    names = {p.name for p in tflm_int8.files}
+    assert {"model.tflite", "model_data.cc", "model_data.h"} <= names
+    assert json.loads(tflm_int8.report_path.read_text())["verified"]
+
+
+def test_saved_artifact_streams_in_tflm_and_litert(tflm_int8, reference):
+    """load_runtime on the saved file rebuilds the host DSP from report.json; both
+    interpreters stream the utterance at the int8 floor and agree with each other."""
+    wave, ref = reference
+    outs = {}
+    for kind in ("tflm", "litert"):
+        rt = load_runtime(kind, tflm_int8.artifact)
+        assert isinstance(rt, SplitRuntime) and rt.hop == 128
+        outs[kind] = rt.run_utterance(wave)
+        assert sqnr_db(ref, outs[kind]) >= INT8_SQNR_FLOOR_DB, kind
+    # same integer graph, two kernel sets: near-identical audio
+    assert sqnr_db(outs["litert"], outs["tflm"]) > 30
+    raw = load_runtime("tflm", tflm_int8.artifact, host_dsp=False)
+    assert not isinstance(raw, SplitRuntime)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="microcontroller bounds not met yet: the int8 network holds 36.6 KB of weights and "
+    "biases, but ~580 ops / ~820 tensors of graph structure (reshape/transpose around every "
+    "quaternion layer, the layer norms) bring the file to ~138 KB (bound ~68 KB) and the "
+    "TFLM arena to ~159 KB (bound 128 KB)",
+)
+def test_microcontroller_bounds(tflm_int8):
+    r = tflm_int8.report
+    assert r["bytes"] <= r["packed_bound_bytes"]
+    assert r["memory"]["arena_bytes"] <= 128 * 1024
