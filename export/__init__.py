@@ -3,7 +3,9 @@
 Staged exporters (prepare -> export -> quantize -> lower -> serialize -> verify -> measure)
 that run every artifact in its real runtime and compare it with PyTorch; one runtime
 interface over torch / onnxruntime / executorch / litert / tflm; an export-time rewrite that
-keeps the quaternion components stored once and fully int8; target profiles with budgets.
+keeps the quaternion components stored once and fully int8; the DSP / network split of int8
+artifacts (the network in the int8 graph, the STFT on the host DSP); target profiles with
+budgets.
 Heavy toolchains are imported inside the functions that use them.
 """
 

@@ -690,22 +690,38 @@ def _check_xnnpack(blob: bytes, keys: set, what: str) -> None:
             raise _Bad(f"{what}: tensor {t.get('id_out')} external id {ext} of {externs}")
         if q:
             scales = q.get("scale")
+            if isinstance(scales, int | float):  # per-tensor quantisation: one scalar scale
+                scales = [scales]
             n_sc = q.get("num_scales", len(scales) if scales is not None else 0)
             if q.get("channel_dim", 0) >= max(len(dims), 1) or (
-                scales is not None and len(scales) != n_sc and n_sc
+                scales and len(scales) != n_sc and n_sc  # empty: scales in scale_buffer_idx
             ) or q.get("scale_buffer_idx", 0) >= max(n_consts, 1):
                 raise _Bad(f"{what}: tensor {t.get('id_out')} quantization {q}")
     dims_of = {t.get("id_out", 0): tuple(t.get("dims") or ()) for t, _ in tensors}
     for name in ("input_ids", "output_ids"):
         if any(i not in ids for i in graph.get(name) or []):
             raise _Bad(f"{what}: {name} {graph.get(name)} are not value ids")
+    # values a node may read: graph inputs, constants, outputs of earlier nodes
+    ready = {t.get("id_out", 0) for t, _ in tensors
+             if t.get("flags", 0) & 1 or t.get("constant_buffer_idx", 0)}
     for k, node in enumerate(graph.get("xnodes") or []):
         body = (node or {}).get("xnode_union") or {}
         if not body:
             raise _Bad(f"{what}: XNode[{k}] without an operation")
-        for f, v in body.items():
-            if f.endswith("_id") and isinstance(v, int) and v != _NO_ID and v not in ids:
+        refs = [(f, v) for f, v in body.items()
+                if f.endswith("_id") and isinstance(v, int) and v != _NO_ID]
+        for f, v in refs:
+            if v not in ids:
                 raise _Bad(f"{what}: XNode[{k}] {f} {v} is not a value id")
+            if not f.startswith("output") and v not in ready:
+                raise _Bad(f"{what}: XNode[{k}] reads value {v} ({f}) before any node "
+                           "writes it")
+        for f, v in refs:
+            if f.startswith("output"):
+                if v in ready:
+                    raise _Bad(f"{what}: XNode[{k}] writes value {v}, already an input, a "
+                               "constant or another node's output")
+                ready.add(v)
         try:
             _check_xnode(body, dims_of)
         except _Bad as e:
