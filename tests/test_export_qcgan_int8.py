@@ -76,6 +76,19 @@ def test_saved_artifact_streams_in_tflm_and_litert(tflm_int8, reference):
     assert not isinstance(raw, SplitRuntime)
 
 
+@pytest.mark.parametrize("kind", ["tflm", "litert"])
+def test_a_minute_streams_with_flat_memory_and_exact_state(tflm_int8, kind):
+    """The CI-sized long run (bench/long_run.py does an hour): RSS flat after the first 10 s
+    chunk, and a fresh runtime fed the same audio in 10 s chunks, state carried across,
+    gives the same bytes as the uninterrupted stream."""
+    from qsa.export.longrun import long_run
+
+    r = long_run(lambda: load_runtime(kind, tflm_int8.artifact), seconds=60, chunk_s=10)
+    assert r["chunks"] == 6 and r["hops"] == 6 * (160000 // 128)
+    assert r["identical"], r["mismatched_chunks"]
+    assert r["rss_growth_bytes"] < 5 * 2**20, r["rss_bytes"]
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="microcontroller bounds not met yet: the int8 network holds 36.6 KB of weights and "
