@@ -440,7 +440,7 @@ class OnnxExporter(Exporter):
                 input_names=names_in,
                 output_names=names_out,
                 dynamo=True,
-                optimize=True,
+                optimize=False,
                 external_data=False,
                 verbose=False,
             )

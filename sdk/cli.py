@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "qsa.commands.enhance",
     "qsa.commands.eval",
     "qsa.commands.export",
+    "qsa.commands.compare",
 )
 
 

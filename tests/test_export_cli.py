@@ -51,3 +51,15 @@ def test_export_qcgan_35k_onnx_fp32(tmp_path):
     assert (tmp_path / "model.onnx").stat().st_size == report["bytes"]
     r2 = qsa("export", "qcgan-35k", "--target", "onnx", "-o", str(tmp_path))
     assert r2.returncode == 2 and "--force" in r2.stderr
+    # digital silence after speech: every bin's magnitude floor (sqrt(|X|^2 + eps)) must
+    # survive export (onnxscript's optimizer once dropped the eps: log(0) = -inf, NaN state)
+    import numpy as np
+
+    from qsa.export import load_runtime
+    from qsa.export.calib import verification_utterance
+
+    rt = load_runtime("onnx", tmp_path / "model.onnx")
+    x = np.concatenate([verification_utterance(), np.zeros(16000)]).astype(np.float32)
+    y = rt.run_utterance(x)
+    assert np.isfinite(y).all()
+    assert np.abs(y[-4000:]).max() < 1e-3  # silence in, (near) silence out

@@ -8,7 +8,7 @@ def register(sub) -> None:
     p.add_argument("--out", default="demo_out", help="folder for the demo's files")
     p.add_argument("--model", default="qcgan-35k", help="model to enhance and export")
     p.add_argument("--targets", default="tflm,litert,executorch",
-                   help="comma-separated export targets (int8)")
+                   help="comma-separated export targets (each exported int8)")
     p.add_argument("--items", type=int, default=8, help="utterances in the demo set")
     p.add_argument("--layers-only", action="store_true",
                    help="only the quaternion layer / attention tables (seconds)")
@@ -132,32 +132,27 @@ def _spectrogram_png(path, noisy, enhanced, clean, sr: int, title: str) -> None:
 
 
 def enhance_export_demo(args) -> int:
-    """Enhance the demo set with the shipped model, export it int8 to the device targets,
-    compare PESQ per runtime (streamed frame by frame) and print the cortex-m7 budget."""
+    """Enhance the demo set with the shipped model, then ``qsa.apps.compare`` it: export to
+    the device targets at int8 (a failing combination is recorded, not fatal),
+    stream the set through every runtime frame by frame, score it, and print the cortex-m7
+    budget of the TFLite-Micro artifact."""
     import json
-    import time
     from pathlib import Path
 
-    import numpy as np
     import torch
     from rich.console import Console
-    from rich.table import Table
 
-    from qsa.audio.io import write_audio
+    from qsa.apps.compare import compare
+    from qsa.audio.io import read_audio, write_audio
+    from qsa.commands.compare import print_table
     from qsa.data.synth import make_demo_set
-    from qsa.errors import QsaError
-    from qsa.export import export_model, load_runtime
-    from qsa.fileio import atomic_write_text
     from qsa.hub import load, shipped_weights
-    from qsa.metrics.scores import pesq_score
 
     console = Console()
     out = Path(args.out)
     sr = 16000
     records = make_demo_set(out / "demo_set", n=args.items, force=True)
     names = [r["name"] for r in records]
-    from qsa.audio.io import read_audio
-
     noisy = [read_audio(out / "demo_set" / "noisy" / f"{n}.wav")[0] for n in names]
     clean = [read_audio(out / "demo_set" / "clean" / f"{n}.wav")[0] for n in names]
     if shipped_weights(args.model) is None and not Path(args.model).is_file():
@@ -166,91 +161,37 @@ def enhance_export_demo(args) -> int:
     console.rule(f"enhancing {len(names)} utterances with {args.model}")
     (out / "enhanced").mkdir(parents=True, exist_ok=True)
     (out / "spectrograms").mkdir(parents=True, exist_ok=True)
-    enhanced = []
     with torch.no_grad():
         for n, x, c in zip(names, noisy, clean, strict=True):
             y = model(torch.from_numpy(x)[None])[0].numpy()
-            enhanced.append(y)
             write_audio(out / "enhanced" / f"{n}.wav", y, sr, force=True)
             _spectrogram_png(out / "spectrograms" / f"{n}.png", x, y, c, sr, n)
 
-    delay = int(getattr(model, "delay_samples", 0))
-
-    def score(ys, streamed: bool):
-        vals = []
-        for y, c in zip(ys, clean, strict=True):
-            if streamed and delay:  # streaming output lags by the STFT delay
-                y = np.concatenate([y[delay:], np.zeros(delay, np.float32)])
-            n = min(len(y), len(c))
-            try:
-                vals.append(pesq_score(c[:n], y[:n], sr, "wb"))
-            except ValueError:  # pesq cannot score this pair (e.g. silence): skip it
-                vals.append(float("nan"))
-        v = np.array([p for p in vals if np.isfinite(p)])
-        return float(v.mean()) if len(v) else float("nan")
-
-    rows = [{"runtime": "noisy input", "precision": "-", "pesq_wb": score(noisy, False)}]
-    ref = score(enhanced, False)
-    rows.append({"runtime": "torch (offline)", "precision": "fp32", "pesq_wb": ref})
-    failures = []
-    reports = {}
-    for target in [t for t in args.targets.split(",") if t]:
-        res = None
-        for precision in ("int8", "fp32"):
-            console.rule(f"export {precision} -> {target}")
-            t0 = time.perf_counter()
-            try:
-                res = export_model(
-                    model, target, precision, out / "export" / f"{target}-{precision}",
-                    calib=noisy[: max(2, len(noisy) // 2)], verify_wave=noisy[0],
-                    profile="cortex-m7" if target == "tflm" else None,
-                    model_name=args.model, force=True)
-                break
-            except QsaError as e:
-                failures.append(f"{target} {precision}: {e}")
-                console.print(f"[red]export {precision} to {target} failed:[/red] {e}")
-                if precision == "fp32":
-                    res = None
-        if res is None:
-            continue
-        reports[target] = res.report
-        rt = load_runtime(target, res.artifact)
-        t1 = time.perf_counter()
-        ys = [rt.run_utterance(x) for x in noisy]
-        secs = time.perf_counter() - t1
-        audio_s = sum(len(x) for x in noisy) / sr
-        lat = res.report.get("latency_per_hop") or {}
-        rows.append({
-            "runtime": target, "precision": precision, "pesq_wb": score(ys, True),
-            "bytes": res.report.get("bytes"), "rtf": secs / audio_s,
-            "hop_ms_median": lat.get("median_ms"), "hop_ms_p99": lat.get("p99_ms"),
-            "export_s": round(t1 - t0, 1),
-        })
-        console.print(f"{res.artifact} ({res.report.get('bytes'):,} bytes) in {t1 - t0:.0f} s")
-    table = Table(title=f"{args.model} on the demo set (PESQ-WB, streamed frame by frame)")
-    for col in ("runtime", "precision", "PESQ-WB", "dPESQ vs torch fp32", "bytes",
-                "hop ms (median/p99)", "RTF"):
-        table.add_column(col, justify="right")
-    for r in rows:
-        d = "" if r["runtime"] == "noisy input" else f"{r['pesq_wb'] - ref:+.3f}"
-        hop = (f"{r['hop_ms_median']:.3f} / {r['hop_ms_p99']:.3f}"
-               if r.get("hop_ms_median") is not None else "")
-        table.add_row(r["runtime"], r["precision"], f"{r['pesq_wb']:.3f}", d,
-                      f"{r['bytes']:,}" if r.get("bytes") else "", hop,
-                      f"{r['rtf']:.3f}" if r.get("rtf") else "")
-    console.print(table)
-    prof = reports.get("tflm", {}).get("profile")
-    if prof:
-        console.rule(f"cortex-m7 budget (TFLite-Micro, {reports['tflm'].get('precision')})")
-        for k, v in prof.items():
-            console.print(f"  {k:>16}: {v}")
-    atomic_write_text(out / "results.json", json.dumps({"rows": rows, "reports": reports,
-                                                       "failures": failures}, indent=1,
-                                                      default=str))
-    console.print(f"report folder: {out}/ (enhanced/, spectrograms/, export/, results.json)")
-    if failures:
-        console.rule("[red]what did not export (the demo fell back to fp32 there)")
-        for f in failures:
-            console.print(f"[red]- {f}")
-    exported = [r for r in rows if r["runtime"] not in ("noisy input", "torch (offline)")]
+    targets = [t for t in args.targets.split(",") if t]
+    # int8 on the device targets (what ships), against the torch fp32 reference compare
+    # always runs; `qsa compare ... --precisions fp32,int8` adds the fp32 artifacts
+    console.rule(f"compare: torch fp32/int8 + {', '.join(targets)} int8, streamed")
+    res = compare([args.model], f"synth:{out / 'demo_set'}", ["torch", *targets],
+                  ["int8"], out / "compare", profiles={"tflm": "cortex-m7"},
+                  allow_untrained=True, threads=1, log=console.print)
+    print_table(res)
+    label = next(iter(res.models))
+    for prec in ("int8", "fp32"):  # the budget of the TFLM artifact that exported
+        row = next((r for r in res.rows if (r.model, r.runtime, r.precision) ==
+                    (label, "tflm", prec) and r.status == "ok"), None)
+        report = out / "compare" / Path(row.artifact).parent / "report.json" if row else None
+        if report is not None and report.is_file():
+            prof = json.loads(report.read_text()).get("profile")
+            if prof:
+                console.rule(f"cortex-m7 budget (TFLite-Micro, {prec})")
+                for k, v in prof.items():
+                    console.print(f"  {k:>16}: {v}")
+            break
+    console.print(f"report folder: {out}/ (enhanced/, spectrograms/, compare/results.md, "
+                  "compare/results.json, compare/pesq_wb.png, compare/artifacts/)")
+    if res.failures:
+        console.rule("[red]what did not export or run (recorded in compare/results.md)")
+        for r in res.failures:
+            console.print(f"[red]- {r.key}: {r.error}")
+    exported = [r for r in res.rows if r.status == "ok" and r.runtime != "torch"]
     return 0 if exported else 1
