@@ -29,7 +29,7 @@ def _rss_bytes() -> int:
 
 def audio_chunk(k: int, seconds: float, seed: int = 0) -> np.ndarray:
     """Chunk ``k`` of the long test signal: synthetic speech + noise at an SNR cycling over
-    0..20 dB (deterministic per chunk)."""
+    0..20 dB, every third chunk with 2 s of digital silence in it (deterministic per chunk)."""
     from .calib import synthetic_speech
 
     s = synthetic_speech(seconds, seed=seed * 100_003 + k)
@@ -37,7 +37,11 @@ def audio_chunk(k: int, seconds: float, seed: int = 0) -> np.ndarray:
     n = rng.standard_normal(len(s)).astype(np.float32)
     snr = (0, 5, 10, 20)[k % 4]
     n *= np.sqrt(np.mean(s**2) / 10 ** (snr / 10) / np.mean(n**2))
-    return np.clip(0.5 * (s + n), -1, 1).astype(np.float32)
+    x = np.clip(0.5 * (s + n), -1, 1).astype(np.float32)
+    if k % 3 == 2:  # silence: the magnitude floor of every bin is exercised
+        mid = len(x) // 2
+        x[max(0, mid - SR) : mid + SR] = 0.0
+    return x
 
 
 def _stream_chunk(rt: Runtime, x: np.ndarray, state: list[np.ndarray]):

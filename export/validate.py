@@ -13,15 +13,24 @@ what is wrong, what was expected and the fix) unless the file
     offset, table, vector and string the interpreters read (the TFLite schema's tables,
     operator options included), then the indices that point between tables (tensor ->
     buffer, operator -> opcode / tensors, signatures -> tensors), shapes, quantisation
-    parameters, and that each constant's bytes match its shape and type and are finite;
+    parameters (scales > 0, one zero point per scale, in the type's range), that each
+    constant's bytes match its shape and type and are finite, that no op writes a constant,
+    a graph input or a tensor another op writes, and the shapes / index tensors of the ops
+    qsa exports (conv, depthwise conv, fully connected, reshape, transpose, slice, pad,
+    concatenation, elementwise ...): TFLite-Micro verifies none of this itself;
   - ``.pte``: extended header (magic, program size, segment base and size within the file),
-    flatbuffer root table and its segment table (each segment inside the file); the
-    ExecuTorch runtime then verifies the program flatbuffer itself (InternalConsistency);
+    the program flatbuffer walked against the ``program.fbs`` executorch ships (names UTF-8:
+    the runtime prints them), its value / operator / delegate / instruction indices and
+    planned memory, and the XNNPACK delegate payload (header, its flatbuffer walked against
+    the XNNPACK schema, value ids defined before use, dims, kernel vs filter, reshape /
+    transpose / slice shapes, constant names present in the program); the ExecuTorch runtime
+    verifies the program's flatbuffer bounds again itself (InternalConsistency);
   - ``.onnx``: parsed with protobuf and ``onnx.checker.check_model``; float initializers
     finite.
 
-TFLite-Micro does no verification of its own, so for ``.tflite`` this check is what stands
-between a corrupted file and an out-of-bounds read on the device.
+These checks were grown from crashes found by fuzzing (tests/test_fuzz_artifacts.py,
+bench/fuzz_artifacts.py): they make altered files errors, they do not prove an arbitrary
+file safe. Only the sha256 from the report does that, for the exact bytes exported.
 """
 
 from __future__ import annotations
@@ -396,7 +405,7 @@ def _check_subgraph(b: bytes, sg: _Table, codes: list[int], buf_bytes: list) -> 
                     f"{t.what}: {scales} per-channel scales on dimension {qdim} of shape "
                     f"{shape}"
                 )
-            if zps not in (0, scales):
+            if zps != scales:  # TFLM reads zero_point[i] for every scale[i]
                 raise _Bad(f"{t.what}: {zps} zero points for {scales} scales")
             _union(q, 4, 5, _QUANT_DETAILS, f"{t.what} quantization details")
         sp = t.table(6, f"{t.what} sparsity")
@@ -648,6 +657,106 @@ def _check_pte(b: bytes) -> None:
                 raise _Bad(f"{d.what}: data location {loc}, index {idx}")
             if backend == "XnnpackBackend":
                 _check_xnnpack(b[start : start + n], keys, d.what)
+    schema = _program_schema()
+    if schema is not None:
+        _check_plans(schema.walk(program, "Program"))
+
+
+_ET_ITEMSIZE = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 12: 1, 13: 1, 14: 4,
+                15: 2, 22: 2, 23: 1, 24: 1, 25: 1, 26: 1, 27: 2, 28: 4, 29: 8}
+
+
+def _check_plans(prog: dict) -> None:
+    """The indices an ExecuTorch method follows at load and run time (the runtime's own
+    flatbuffer verification checks bounds, not these)."""
+    n_const = max(len(prog.get("constant_buffer") or []),
+                  len((prog.get("constant_segment") or {}).get("offsets") or []))
+    for p, plan in enumerate(prog.get("execution_plan") or []):
+        what = f"ExecutionPlan[{p}]"
+        values = plan.get("values") or []
+        nv, nops = len(values), len(plan.get("operators") or [])
+        ndel = len(plan.get("delegates") or [])
+        mem = plan.get("non_const_buffer_sizes") or []
+
+        def idx(v, n, name, where):
+            if not isinstance(v, int) or not 0 <= v < n:
+                raise _Bad(f"{where}: {name} {v} of {n}")
+
+        for name in ("inputs", "outputs"):
+            for v in plan.get(name) or []:
+                idx(v, nv, "value", f"{what} {name}")
+                if ((values[v] or {}).get("val") or {}).get("__type__") != "Tensor":
+                    raise _Bad(f"{what} {name}: value {v} is not a tensor")
+        for k, ev in enumerate(values):
+            val = (ev or {}).get("val") or {}
+            kind = val.get("__type__")
+            if kind in ("TensorList", "OptionalTensorList"):
+                for v in val.get("items") or []:
+                    if not (kind == "OptionalTensorList" and v == -1):
+                        idx(v, nv, "item", f"{what} value {k}")
+            if kind != "Tensor":
+                continue
+            sizes = val.get("sizes") or []
+            if any(d < 0 for d in sizes) or math.prod(sizes) > _MAX_ELEMENTS:
+                raise _Bad(f"{what} value {k}: tensor sizes {sizes}")
+            order = val.get("dim_order")
+            if order is not None and order != len(sizes):
+                raise _Bad(f"{what} value {k}: {order} dim_order entries for sizes {sizes}")
+            if val.get("data_buffer_idx", 0) and val["data_buffer_idx"] >= n_const:
+                raise _Bad(f"{what} value {k}: constant buffer {val['data_buffer_idx']} of "
+                           f"{n_const}")
+            alloc = val.get("allocation_info")
+            if alloc:
+                m = alloc.get("memory_id", 0)
+                off = alloc.get("memory_offset_low", 0) + (alloc.get("memory_offset_high", 0)
+                                                           << 32)
+                size = math.prod(sizes) * _ET_ITEMSIZE.get(val.get("scalar_type", 6), 1)
+                if not 0 < m < len(mem) or off + size > mem[m]:
+                    raise _Bad(f"{what} value {k}: planned at memory {m} offset {off} "
+                               f"(+{size}), buffers {mem}")
+        for c, chain in enumerate(plan.get("chains") or []):
+            where = f"{what} chain {c}"
+            for name in ("inputs", "outputs"):
+                for v in chain.get(name) or []:
+                    idx(v, nv, "value", f"{where} {name}")
+            instrs = chain.get("instructions") or []
+            for i, ins in enumerate(instrs):
+                a = (ins or {}).get("instr_args") or {}
+                kind = a.get("__type__")
+                w = f"{where} instruction {i} ({kind})"
+                if kind is None:
+                    raise _Bad(f"{w}: no arguments")
+                if kind == "KernelCall":
+                    idx(a.get("op_index", 0), nops, "operator", w)
+                if kind == "DelegateCall":
+                    idx(a.get("delegate_index", 0), ndel, "delegate", w)
+                for v in a.get("args") or []:
+                    idx(v, nv, "argument", w)
+                for f in ("move_from", "move_to", "cond_value_index", "value_index"):
+                    if f in a:
+                        idx(a[f], nv, f, w)
+                if "destination_instruction" in a:
+                    idx(a["destination_instruction"], len(instrs), "destination", w)
+
+
+_PROGRAM_SCHEMA: list = []
+
+
+def _program_schema() -> _Schema | None:
+    """program.fbs (+ scalar_type.fbs) from the installed executorch, or None."""
+    if not _PROGRAM_SCHEMA:
+        import importlib.util
+
+        spec = importlib.util.find_spec("executorch")
+        found = None
+        for root in list(spec.submodule_search_locations or []) if spec else []:
+            d = Path(root) / "schema"
+            if (d / "program.fbs").is_file() and (d / "scalar_type.fbs").is_file():
+                found = _Schema((d / "program.fbs").read_text() + (d / "scalar_type.fbs")
+                                .read_text())
+                break
+        _PROGRAM_SCHEMA.append(found)
+    return _PROGRAM_SCHEMA[0]
 
 
 def _check_xnnpack(blob: bytes, keys: set, what: str) -> None:
@@ -728,7 +837,7 @@ def _check_xnnpack(blob: bytes, keys: set, what: str) -> None:
             raise _Bad(f"{what}: XNode[{k}] {body['__type__']}: {e}") from None
     for k, cd in enumerate(graph.get("constant_data") or []):
         key = (cd or {}).get("named_key")
-        if key and keys and key not in keys:
+        if key and key not in keys:
             raise _Bad(f"{what}: constant {k} {key!r} is not in the program's named data")
         if not key and cd and cd.get("offset", 0) + cd.get("size", 0) > c_size:
             raise _Bad(f"{what}: constant {k} data outside the payload")
@@ -768,9 +877,10 @@ def _check_xnode(n: dict, dims_of: dict) -> None:
             raise _Bad(f"new shape {shape} for input {x}")
     elif kind == "XNNStaticTranspose":
         perm = n.get("perm") or []
-        if sorted(perm) != list(range(n.get("num_dims", 0))) or (
+        if n.get("num_dims", 0) != len(perm) or sorted(perm) != list(range(len(perm))) or (
             x and (len(x) != len(perm) or y and y != tuple(x[p] for p in perm))):
-            raise _Bad(f"perm {perm} of input {x} -> output {y}")
+            raise _Bad(f"perm {perm} (num_dims {n.get('num_dims', 0)}) of input {x} -> "
+                       f"output {y}")
     elif kind == "XNNStaticSlice":
         off, size = n.get("offsets") or [], n.get("sizes") or []
         if not len(off) == len(size) == n.get("num_dims", 0) or x and (len(x) != len(off) or any(

@@ -106,6 +106,11 @@ def enhance_file(
         raise QsaError(f"output {dst} is the input file; choose another output path")
     if dst.exists() and not force:
         raise QsaError(f"{dst} already exists; pass --force to overwrite it")
+    if dst.suffix and dst.suffix.lower() not in AUDIO_EXTS:
+        raise AudioError(
+            f"output {dst}: unknown audio extension {dst.suffix!r}; use one of "
+            f"{', '.join(AUDIO_EXTS)}"
+        )
     try:
         f = sf.SoundFile(str(src))
     except FileNotFoundError:
