@@ -415,6 +415,8 @@ def _check_subgraph(b: bytes, sg: _Table, codes: list[int], buf_bytes: list) -> 
             vt.ints(0)
     for fid, name in ((1, "inputs"), (2, "outputs")):
         idx = sg.ints(fid)
+        if not idx:
+            raise _Bad(f"{what} has no {name}")
         if any(not 0 <= i < n for i in idx):
             raise _Bad(f"{what} {name} {idx}: tensor index out of range (tensors: {n})")
     # a tensor an op writes: not a constant, not a graph input, written by one op only
@@ -636,11 +638,12 @@ def _check_pte(b: bytes) -> None:
     plans = program.tables(1, "ExecutionPlan")
     if "forward" not in [p.string(0) for p in plans]:
         raise _Bad("no 'forward' method in the program")
-    for plan in plans:
+    n_args = {}  # (plan, delegate) -> the arguments its delegate call must pass
+    for p_i, plan in enumerate(plans):
         for op in plan.tables(6, f"{plan.what} Operator"):
             op.string(0)  # kernel names: the runtime prints an unknown one
             op.string(1)
-        for d in plan.tables(7, f"{plan.what} BackendDelegate"):
+        for d_i, d in enumerate(plan.tables(7, f"{plan.what} BackendDelegate")):
             backend = d.string(0)
             ref = d.table(1, f"{d.what} processed")
             if ref is None:
@@ -656,17 +659,17 @@ def _check_pte(b: bytes) -> None:
             else:
                 raise _Bad(f"{d.what}: data location {loc}, index {idx}")
             if backend == "XnnpackBackend":
-                _check_xnnpack(b[start : start + n], keys, d.what)
+                n_args[p_i, d_i] = _check_xnnpack(b[start : start + n], keys, d.what)
     schema = _program_schema()
     if schema is not None:
-        _check_plans(schema.walk(program, "Program"))
+        _check_plans(schema.walk(program, "Program"), n_args)
 
 
 _ET_ITEMSIZE = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 12: 1, 13: 1, 14: 4,
                 15: 2, 22: 2, 23: 1, 24: 1, 25: 1, 26: 1, 27: 2, 28: 4, 29: 8}
 
 
-def _check_plans(prog: dict) -> None:
+def _check_plans(prog: dict, n_args: dict) -> None:
     """The indices an ExecuTorch method follows at load and run time (the runtime's own
     flatbuffer verification checks bounds, not these)."""
     n_const = max(len(prog.get("constant_buffer") or []),
@@ -706,6 +709,9 @@ def _check_plans(prog: dict) -> None:
                 raise _Bad(f"{what} value {k}: constant buffer {val['data_buffer_idx']} of "
                            f"{n_const}")
             alloc = val.get("allocation_info")
+            if not (val.get("data_buffer_idx") or alloc or val.get("extra_tensor_info")):
+                raise _Bad(f"{what} value {k}: a tensor with no storage (no constant data, no "
+                           "planned memory)")
             if alloc:
                 m = alloc.get("memory_id", 0)
                 off = alloc.get("memory_offset_low", 0) + (alloc.get("memory_offset_high", 0)
@@ -728,8 +734,17 @@ def _check_plans(prog: dict) -> None:
                     raise _Bad(f"{w}: no arguments")
                 if kind == "KernelCall":
                     idx(a.get("op_index", 0), nops, "operator", w)
+                    op = plan["operators"][a["op_index"]] or {}
+                    for v in a.get("args") or []:
+                        idx(v, nv, "argument", w)
+                    _check_kernel_args(op, a.get("args") or [], values, w)
                 if kind == "DelegateCall":
-                    idx(a.get("delegate_index", 0), ndel, "delegate", w)
+                    d = a.get("delegate_index", 0)
+                    idx(d, ndel, "delegate", w)
+                    want = n_args.get((p, d))
+                    if want is not None and len(a.get("args") or []) != want:
+                        raise _Bad(f"{w}: {len(a.get('args') or [])} arguments for a delegate "
+                                   f"graph with {want} inputs and outputs")
                 for v in a.get("args") or []:
                     idx(v, nv, "argument", w)
                 for f in ("move_from", "move_to", "cond_value_index", "value_index"):
@@ -737,6 +752,44 @@ def _check_plans(prog: dict) -> None:
                         idx(a[f], nv, f, w)
                 if "destination_instruction" in a:
                     idx(a["destination_instruction"], len(instrs), "destination", w)
+
+
+# torch schema type -> the EValue kinds a kernel accepts for it (the runtime asserts, i.e.
+# aborts, on another kind)
+_ARG_KINDS = {
+    "Tensor": {"Tensor"}, "int": {"Int"}, "SymInt": {"Int"}, "float": {"Double"},
+    "bool": {"Bool"}, "str": {"String"}, "List[int]": {"IntList"}, "List[SymInt]": {"IntList"},
+    "List[float]": {"DoubleList"}, "List[bool]": {"BoolList"}, "List[Tensor]": {"TensorList"},
+    "List[Optional[Tensor]]": {"OptionalTensorList"}, "Scalar": {"Int", "Double", "Bool"},
+    "number": {"Int", "Double", "Bool"}, "ScalarType": {"Int"}, "Layout": {"Int"},
+    "MemoryFormat": {"Int"}, "Device": {"Int"},
+}
+
+
+def _check_kernel_args(op: dict, args: list, values: list, where: str) -> None:
+    """A kernel call's arguments against the operator's torch schema (arguments, then the
+    returns), where torch knows the operator; unknown operators are left to the runtime."""
+    name = op.get("name") or ""
+    try:
+        import torch
+
+        ns, _, base = name.partition("::")
+        packet = getattr(getattr(torch.ops, ns), base)
+        schema = getattr(packet, op.get("overload") or "default")._schema
+    except Exception:  # not a torch operator (or torch absent): the runtime checks it
+        return
+    types = [str(x.type) for x in schema.arguments] + [str(x.type) for x in schema.returns]
+    if len(args) != len(types):
+        raise _Bad(f"{where}: {len(args)} arguments for {name}.{op.get('overload')}, which "
+                   f"takes {len(types)}")
+    for k, (v, t) in enumerate(zip(args, types, strict=True)):
+        optional = t.startswith("Optional[")
+        allowed = _ARG_KINDS.get(t[9:-1] if optional else t)
+        if allowed is None:
+            continue
+        got = ((values[v] or {}).get("val") or {}).get("__type__", "Null")
+        if got not in allowed and not (optional and got == "Null"):
+            raise _Bad(f"{where}: argument {k} of {name} is a {got} value, expected {t}")
 
 
 _PROGRAM_SCHEMA: list = []
@@ -759,10 +812,11 @@ def _program_schema() -> _Schema | None:
     return _PROGRAM_SCHEMA[0]
 
 
-def _check_xnnpack(blob: bytes, keys: set, what: str) -> None:
+def _check_xnnpack(blob: bytes, keys: set, what: str) -> int:
     """The XNNPACK delegate payload: header, the whole XNNGraph flatbuffer walked against the
     schema executorch ships, then what the XNNPACK compiler indexes with: value ids, dims,
-    constant buffers and names (it trusts them; a bad one crashes it)."""
+    constant buffers and names (it trusts them; a bad one crashes it). Returns the number of
+    external values (the delegate call's arguments)."""
     if len(blob) < 30 or blob[4:8] != b"XH00":
         raise _Bad(f"{what}: XNNPACK header magic {blob[4:8]!r} (expected b'XH00')")
     hlen, fb_off, fb_size, c_off, c_size = struct.unpack_from("<HIIIQ", blob, 8)
@@ -841,6 +895,10 @@ def _check_xnnpack(blob: bytes, keys: set, what: str) -> None:
             raise _Bad(f"{what}: constant {k} {key!r} is not in the program's named data")
         if not key and cd and cd.get("offset", 0) + cd.get("size", 0) > c_size:
             raise _Bad(f"{what}: constant {k} data outside the payload")
+    n_io = len(graph.get("input_ids") or []) + len(graph.get("output_ids") or [])
+    if externs != n_io:
+        raise _Bad(f"{what}: {externs} external values for {n_io} graph inputs and outputs")
+    return externs
 
 
 _NO_ID = 0xFFFFFFFF
