@@ -224,6 +224,7 @@ class LiveSession:
         self._worker: threading.Thread | None = None
         self._opened = False
         self._closed = False
+        self.stream_stuck = False  # set by close() when the audio library did not return
 
     # -- setup ------------------------------------------------------------------------
     def open(self) -> LiveSession:
@@ -660,19 +661,32 @@ class LiveSession:
         self._closed = True
         try:
             if self.stream is not None:
-                try:
-                    # abort, not stop: stop() waits until the output buffers have played,
-                    # and an overloaded audio server can keep that from ever happening
-                    # (Ctrl-C then hung for 30 s+ in CI); what was recorded is already ours
-                    self.stream.abort()
-                    self.stream.close()
-                except Exception:  # the device may be gone already; we still save below
-                    pass
+                self._close_stream()
         finally:
             self._stop.set()
             if self._worker is not None:
                 self._worker.join(timeout=10)
             self._close_files()
+
+    def _close_stream(self, timeout_s: float = 3.0) -> None:
+        """Abort and close the stream, waiting at most ``timeout_s``. abort, not stop: stop()
+        waits until the output buffers have played. A host API call into an audio server that
+        stopped answering can block for good (seen in CI: Ctrl-C hung past 30 s); then
+        ``stream_stuck`` is set, the recording is saved anyway, and the CLI exits without
+        waiting for the audio library (``qsa.commands.live``)."""
+        done = threading.Event()
+
+        def close() -> None:
+            try:
+                self.stream.abort()
+                self.stream.close()
+            except Exception:  # the device may be gone already; we still save
+                pass
+            finally:
+                done.set()
+
+        threading.Thread(target=close, name="qsa-live-close", daemon=True).start()
+        self.stream_stuck = not done.wait(timeout_s)
 
     def _close_files(self) -> None:
         if self.recorder is not None:

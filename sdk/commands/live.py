@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from qsa.apps.live import LiveOptions, LiveSession, list_devices, load_processor, run_session
+    from qsa.errors import QsaError
 
     if args.list_devices:
         print(list_devices())
@@ -119,7 +120,13 @@ def run(args: argparse.Namespace) -> int:
     # The callback needs the GIL promptly: let the worker thread give it up every 0.5 ms.
     sys.setswitchinterval(0.0005)
     session = LiveSession(processor, opts).open()
-    final = run_session(session, json_stats=args.json_stats)
+    try:
+        final = run_session(session, json_stats=args.json_stats)
+    except QsaError as e:
+        if session.stream_stuck:
+            print(f"qsa live: error: {e}", file=sys.stderr)
+            _exit_without_audio_library(2)
+        raise
     if not args.json_stats:
         x = final["latency_ms"]
         print(
@@ -129,4 +136,19 @@ def run(args: argparse.Namespace) -> int:
             + (f", recorded {args.record}" if args.record else ""),
             file=sys.stderr,
         )
+    if session.stream_stuck:
+        _exit_without_audio_library(0)
     return 0
+
+
+def _exit_without_audio_library(code: int) -> None:
+    """Everything is saved, but the audio device did not close: PortAudio's exit handler
+    would block on it too, so leave without running it."""
+    import os
+    import sys
+
+    print("qsa live: the audio device did not close within 3 s; exiting without waiting for "
+          "it", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
