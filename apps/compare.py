@@ -110,14 +110,6 @@ def export_code_digest() -> str:
     return h.hexdigest()
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 @dataclass
 class Row:
     """One model x runtime x precision (or the noisy input: runtime "noisy")."""
@@ -336,7 +328,9 @@ def _cached_artifact(folder: Path, key: dict) -> tuple[Path, dict] | None:
                 f"{meta['failed']} (cached failure of an earlier run with the same model and "
                 "export code; --rebuild retries it)")
         artifact = folder / meta["artifact"]
-        if not artifact.is_file() or file_sha256(artifact) != meta["artifact_sha256"]:
+        from qsa.export.validate import sha256_file
+
+        if not artifact.is_file() or sha256_file(artifact) != meta["artifact_sha256"]:
             return None
         report = meta.get("report") or {}
         if key["runtime"] != "torch":
@@ -388,7 +382,9 @@ def build_artifact(model, label: str, runtime: str, precision: str, folder: Path
             raise
         artifact, report = Path(res.artifact), res.report
     seconds = time.perf_counter() - t0
-    meta = {"key": key, "artifact": artifact.name, "artifact_sha256": file_sha256(artifact),
+    from qsa.export.validate import sha256_file
+
+    meta = {"key": key, "artifact": artifact.name, "artifact_sha256": sha256_file(artifact),
             "report": report if runtime == "torch" else None,
             "export_seconds": round(seconds, 2)}
     atomic_write_text(folder / CACHE_FILE, json.dumps(meta, indent=1) + "\n")
