@@ -297,11 +297,17 @@ def _loop_server_checks(noisy, lines, y, rate):
     assert lag > 0
     sent, got = (out, mic) if rate == SR else (band(out), band(mic))  # soxr keeps < 7 kHz
     errs = segment_errors_db(sent, got, lag, up=rate // SR)
-    matched = np.mean(errs < (-60 if rate == SR else -35))
+    ok = errs < (-60 if rate == SR else -35)
+    # PulseAudio re-renders the first part of a new stream while it settles its latency
+    # (seen on an idle machine: 0.8-2.2 s of -10 dB segments, then exact to -130 dB): the
+    # loop must become exact within the first half and stay exact from there on
+    first = int(np.argmax(ok)) if ok.any() else len(ok)
+    assert first <= len(ok) // 2, f"looped-back segments vs output (dB): {np.round(errs, 1)}"
+    matched = np.mean(ok[first:])
     assert matched >= 0.9, f"looped-back segments vs output (dB): {np.round(errs, 1)}"
     back = mic[lag:]
-    lead = slice(PREROLL + 2000, PREROLL + NOISE_LEAD - 2000)
-    noise_in, noise_out = rms_db(inp[lead]), rms_db(back[lead])
+    tail = slice(click - CLICK_GAP + 1000, click - 1000)  # noise only, after the settling
+    noise_in, noise_out = rms_db(inp[tail]), rms_db(back[tail])
     assert noise_in - noise_out > 10, (noise_in, noise_out)
 
 
