@@ -107,6 +107,11 @@ def enhancer():
 PREROLL = SR  # 1 s of digital silence first: audio servers settle while a stream starts
 NOISE_LEAD = SR // 2  # then 0.5 s of noise only: where the noise level is measured
 CLICK_GAP = SR // 2
+# A new stream through PulseAudio's null sink at 48 kHz settles for up to ~5 s: the server
+# inserts short stretches of silence while the stream's buffer fills, so the loop's delay
+# creeps up by ~9 ms (0.2 %) and then holds, exact to -64 dB (measured on an idle machine,
+# 2026-12-02; not seen at 16 kHz). The loop-back runs start with this much silence.
+SETTLE_S = 6.0
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +132,17 @@ def noisy(tmp_path_factory, enhancer):
     path = tmp_path_factory.mktemp("live") / "noisy.wav"
     sf.write(path, x, SR, subtype="FLOAT")
     return path, x, click
+
+
+@pytest.fixture(scope="module")
+def looped(noisy):
+    """``noisy`` after SETTLE_S of silence: (path, x, click index)."""
+    path, x, click = noisy
+    lead = int(SETTLE_S * SR)
+    x = np.concatenate([np.zeros(lead, np.float32), x])
+    out = path.with_name("looped.wav")
+    sf.write(out, x, SR, subtype="FLOAT")
+    return out, x, click + lead
 
 
 def qsa_live(env, *args, timeout=90):
@@ -209,7 +225,7 @@ def test_list_devices(pulse):
     [(16000, 1, "low"), (48000, 2, "high")],
     ids=["16k-mono-low", "48k-stereo-high"],
 )
-def test_file_through_the_loop(pulse, enhancer, noisy, tmp_path, rate, channels, latency):
+def test_file_through_the_loop(pulse, enhancer, looped, tmp_path, rate, channels, latency):
     """--input-file played through the real duplex stream, output looped back to the input:
     the recorded output equals offline processing, the looped-back stream carries it (after
     latency alignment) with the noise level dropped, and the click comes back after the
@@ -223,14 +239,14 @@ def test_file_through_the_loop(pulse, enhancer, noisy, tmp_path, rate, channels,
     failures, overloaded_runs = [], 0
     for attempt in range(3):
         rec = tmp_path / f"rec{attempt}.wav"
-        lines, y = _loop_run(pulse, enhancer, noisy, rec, rate, channels, latency)
-        _loop_exact_checks(enhancer, noisy, lines, y, rate, channels)
-        if not clean_run(lines):
+        lines, y = _loop_run(pulse, enhancer, looped, rec, rate, channels, latency)
+        _loop_exact_checks(enhancer, looped, lines, y, rate, channels)
+        if not clean_run(lines, signal_t=SETTLE_S):
             overloaded_runs += 1
             failures.append(f"run {attempt}: app xruns {lines[-1]['xruns']}")
             continue
         try:
-            _loop_server_checks(noisy, lines, y, rate)
+            _loop_server_checks(looped, lines, y, rate)
             return
         except AssertionError as e:
             failures.append(f"run {attempt}: {e}")
