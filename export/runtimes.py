@@ -177,6 +177,32 @@ class OnnxRuntime(Runtime):
         return self.session.run(self.output_names, dict(zip(self.input_names, inputs, strict=True)))
 
 
+_ET_THREADS_SET = False
+
+
+def _executorch_single_thread() -> None:
+    """One XNNPACK thread, like the ONNX Runtime and LiteRT runtimes here (threads=1).
+
+    ExecuTorch's shared threadpool starts with one thread per core; for a streaming step of
+    ~0.3 ms, handing work to a second thread costs more than it saves (qcgan-35k int8: median
+    0.42 -> 0.30 ms per hop on the 2-core dev CPU), and in the live app, where the other core
+    runs the audio callback and server, it tripled the hop time (p99 2.85 ms). Set once per
+    process, before any method of ours runs: resetting the pool after methods have run on it
+    hung in our tests (executorch 1.x, ``_unsafe_reset_threadpool``)."""
+    global _ET_THREADS_SET
+    if _ET_THREADS_SET:
+        return
+    _ET_THREADS_SET = True
+    try:
+        from executorch.extension.pybindings import portable_lib as pl
+    except ImportError:
+        return
+    get = getattr(pl, "_threadpool_get_thread_count", None)
+    reset = getattr(pl, "_unsafe_reset_threadpool", None)
+    if get is not None and reset is not None and get() != 1:
+        reset(1)
+
+
 class ExecuTorchRuntime(Runtime):
     kind = "executorch"
 
@@ -186,6 +212,7 @@ class ExecuTorchRuntime(Runtime):
         import torch
         from executorch.runtime import Runtime as ETRuntime
 
+        _executorch_single_thread()
         self._torch = torch
         self.source = str(path)
         data = _checked(path, "executorch", expected_sha256)

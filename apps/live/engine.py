@@ -43,6 +43,9 @@ from .ring import SpscRing
 RESAMPLE_QUALITIES = ("QQ", "LQ", "MQ", "HQ", "VHQ")
 SFC_SET_UPDATE_HEADER_AUTO = 0x1061  # libsndfile: rewrite the WAV header after every write
 STAT_HOPS = 4096  # hop-time / energy history kept for the statistics (~33 s at 8 ms hops)
+HIST_BIN_S = 1e-5  # the whole-session hop-time histogram: 10 us bins up to 100 ms
+HIST_BINS = 10000
+XRUN_LOG = 16  # stream times of the latest xruns kept for the statistics
 
 
 def list_devices() -> str:
@@ -275,11 +278,14 @@ class LiveSession:
         self.growth = 0  # samples the pipeline delay grew by after shortfalls (<= max_growth)
         self.max_growth = int(round(opt.max_growth_ms / 1000 * sr))
         self.file_eof = False
+        self._xrun_t = np.full(XRUN_LOG, np.nan)  # stream times (s) of the latest xruns
+        self._n_xrun_events = 0
         self._dev_latency = np.full(256, np.nan)  # seconds, DAC time - ADC time per callback
 
         # worker-owned statistics
         self.hops_done = 0
         self._hop_time = np.zeros(STAT_HOPS)
+        self._hop_hist = np.zeros(HIST_BINS, np.int64)  # every hop of the session
         self._e_in = np.zeros(STAT_HOPS)
         self._e_out = np.zeros(STAT_HOPS)
         self._dropped_seen = 0
@@ -311,7 +317,7 @@ class LiveSession:
             self._feed_file()  # fill the file ring before the stream starts
         if opt.record:
             self.recorder = Recorder(opt.record, self.sr_model, with_mic=self.mic_ring is not None)
-        proc.reset()
+        self._warm_up()
 
         try:
             self.stream = self._make_stream(sd, dev)
@@ -324,6 +330,16 @@ class LiveSession:
             ) from None
         self._opened = True
         return self
+
+    def _warm_up(self, seconds: float = 0.25) -> None:
+        """Run the processor on silence before the stream starts, then reset it: the first
+        calls of a runtime (arena allocation, kernel selection, numpy's dispatch caches) take
+        several steady hops each and would underrun the first blocks."""
+        proc = self.proc
+        x, y = np.zeros(proc.hop, np.float32), np.zeros(proc.hop, np.float32)
+        for _ in range(max(1, int(seconds * self.sr_model / proc.hop))):
+            proc.process_hop(x, y)
+        proc.reset()
 
     def _make_stream(self, sd, dev):
         kwargs = dict(
@@ -415,8 +431,10 @@ class LiveSession:
             self.callback_priority = raise_thread_priority(20)
         if status.input_overflow:
             self.pa_input_overflows += 1
+            self._mark_xrun()
         if status.output_underflow:
             self.pa_output_underflows += 1
+            self._mark_xrun()
         self._dev_latency[self.n_callbacks % 256] = (
             time_info.outputBufferDacTime - time_info.inputBufferAdcTime
         )
@@ -429,6 +447,7 @@ class LiveSession:
         if w < frames:
             self.ring_overruns += 1
             self.dropped_in += frames - w
+            self._mark_xrun()
         self._play(outdata, frames)
 
     def _out_callback(self, outdata, frames, time_info, status):
@@ -437,6 +456,7 @@ class LiveSession:
             self.callback_priority = raise_thread_priority(20)
         if status.output_underflow:
             self.pa_output_underflows += 1
+            self._mark_xrun()
         self._dev_latency[self.n_callbacks % 256] = (
             time_info.outputBufferDacTime - time_info.currentTime
         )
@@ -444,7 +464,13 @@ class LiveSession:
         if w < frames:
             self.ring_overruns += 1
             self.dropped_in += frames - w
+            self._mark_xrun()
         self._play(outdata, frames)
+
+    def _mark_xrun(self) -> None:
+        """Note the stream time of an xrun in a preallocated slot (callback-safe)."""
+        self._xrun_t[self._n_xrun_events % XRUN_LOG] = self.n_callbacks * self.block / self.sr_dev
+        self._n_xrun_events += 1
 
     def _file_into_pipeline(self, frames: int) -> int:
         block = self._cb_block[:frames]
@@ -467,6 +493,7 @@ class LiveSession:
         if n < frames:
             outdata[n:] = 0.0
             self.ring_underruns += 1
+            self._mark_xrun()
             short = frames - n
             # Adaptive jitter buffer: the first shortfalls (a host that calls back in bursts,
             # a slow start) grow the delay, up to ``max_growth``; beyond it late samples are
@@ -558,6 +585,7 @@ class LiveSession:
             line[:d] = line[hop:]
             k = self.hops_done % STAT_HOPS
             self._hop_time[k] = dt
+            self._hop_hist[min(int(dt / HIST_BIN_S), HIST_BINS - 1)] += 1
             self._e_in[k] = float(np.dot(ins[s], ins[s])) / hop
             self._e_out[k] = float(np.dot(outs[s], outs[s])) / hop
             self.hops_done += 1
@@ -703,6 +731,20 @@ class LiveSession:
         self.close()
 
     # -- statistics ---------------------------------------------------------------------
+    def _xrun_times(self) -> list[float]:
+        """Stream times (s) of the latest ``XRUN_LOG`` xruns, oldest first."""
+        n = self._n_xrun_events
+        idx = np.arange(max(0, n - XRUN_LOG), n) % XRUN_LOG
+        return [round(float(t), 2) for t in self._xrun_t[idx]]
+
+    def _session_p99_ms(self) -> float | None:
+        """p99 of the hop time over the whole session (upper edge of its 10 us bin)."""
+        total = int(self._hop_hist.sum())
+        if total == 0:
+            return None
+        k = int(np.searchsorted(np.cumsum(self._hop_hist), 0.99 * total))
+        return round((k + 1) * HIST_BIN_S * 1000, 3)
+
     def stats(self) -> dict:
         """The figures of the live view, JSON-ready."""
         n = min(self.hops_done, STAT_HOPS)
@@ -737,6 +779,7 @@ class LiveSession:
             "hop_ms_median": round(float(np.median(t)) * 1000, 3),
             "hop_ms_p99": round(float(np.percentile(t, 99)) * 1000, 3),
             "hop_ms_max": round(float(np.max(t)) * 1000, 3),
+            "session_hop_ms_p99": self._session_p99_ms(),
             "rtf": round(float(np.mean(t)) / hop_s, 4),
             "latency_ms": {
                 "algorithmic": round(alg_ms, 2),
@@ -754,6 +797,7 @@ class LiveSession:
                 "device_output_underflows": self.pa_output_underflows,
                 "file_underruns": self.file_underruns,
             },
+            "xrun_times_s": self._xrun_times(),
             "restarts": self.restarts,
             "jitter_growth_ms": round(self.growth / self.sr_dev * 1000, 2),
             "priority": {"callback": self.callback_priority, "worker": self.worker_priority},
