@@ -243,7 +243,10 @@ def test_file_through_the_loop(pulse, enhancer, looped, tmp_path, rate, channels
         _loop_exact_checks(enhancer, looped, lines, y, rate, channels)
         if not clean_run(lines, signal_t=SETTLE_S):
             overloaded_runs += 1
-            failures.append(f"run {attempt}: app xruns {lines[-1]['xruns']}")
+            failures.append(
+                f"run {attempt}: app xruns {lines[-1]['xruns']} at stream times (s) "
+                f"{lines[-1]['xrun_times_s']}"
+            )
             continue
         try:
             _loop_server_checks(looped, lines, y, rate)

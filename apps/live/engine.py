@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import os
 import threading
 import time
@@ -632,6 +633,13 @@ class LiveSession:
     def start(self) -> None:
         if not self._opened:
             self.open()
+        # Python's full garbage collection walks every tracked object: ~400K once torch and a
+        # runtime are loaded, 215 ms with the GIL held, so the worker and the callback stall
+        # and the output underruns (seen every few minutes in 10-minute sessions). Freeze
+        # what exists now (the models, modules, caches) out of the collector for the session.
+        gc.collect()
+        gc.freeze()
+        self._gc_frozen = True
         self._worker = threading.Thread(target=self._worker_main, name="qsa-live", daemon=True)
         self._worker.start()
         self.t_start = time.monotonic()
@@ -695,6 +703,9 @@ class LiveSession:
             if self._worker is not None:
                 self._worker.join(timeout=10)
             self._close_files()
+            if getattr(self, "_gc_frozen", False):
+                gc.unfreeze()
+                self._gc_frozen = False
 
     def _close_stream(self, timeout_s: float = 3.0) -> None:
         """Abort and close the stream, waiting at most ``timeout_s``. abort, not stop: stop()
