@@ -69,6 +69,7 @@ class Exporter:
     """Base of the per-target exporters; ``STAGES`` names the methods run in order."""
 
     target = "base"
+    mix = "conv"  # how quaternion layers write the component mixing (qsa.export.rewrite)
     STAGES = ("prepare", "export", "quantize", "lower", "serialize", "verify", "measure")
 
     def __init__(
@@ -169,14 +170,14 @@ class Exporter:
         self.split = self.precision == "int8" and splittable(self.step)
         if self.split:
             net = self.step.network()
-            self.export_step = prepare_for_export(net)
+            self.export_step = prepare_for_export(net, mix=self.mix)
             for m in self.export_step.modules():  # empty-cache mask inside the int8 range
                 if hasattr(m, "mask_value"):
                     m.mask_value = INT8_MASK_VALUE
             self.example = (net.example_input(1), *net.init_state(1))
             self.n_outputs = net.n_outputs
         else:
-            self.export_step = prepare_for_export(self.step)
+            self.export_step = prepare_for_export(self.step, mix=self.mix)
             self.example = example_inputs(self.step)
             self.n_outputs = 1
         self.n_inputs = len(self.example)
@@ -301,6 +302,8 @@ class Exporter:
             "stage_seconds": self.stage_times,
             "files": [p.name for p in self.files],
         }
+        if getattr(self, "compaction", None):
+            self.report["compaction"] = self.compaction
         self._write_report()
 
     def _io(self) -> dict[str, Any]:
@@ -519,6 +522,7 @@ def _strip_tflite_strings(path: Path) -> None:
 
 class LiteRTExporter(Exporter):
     target = "litert"
+    mix = "matmul"  # channels-last: a conv mix would be wrapped in transposes
 
     def export(self) -> None:
         """litert_torch exports internally (fp32); int8 needs the PT2E graph first."""
@@ -551,9 +555,13 @@ class LiteRTExporter(Exporter):
     def serialize(self) -> None:
         from qsa.fileio import atomic_path
 
+        from .tflite_compact import compact_tflite
+
         with atomic_path(self.artifact) as tmp:
             self.converted.export(str(tmp))
             _strip_tflite_strings(tmp)
+            data, self.compaction = compact_tflite(tmp.read_bytes())
+            tmp.write_bytes(data)
         self.files.append(self.artifact)
         self.check_graph()
 

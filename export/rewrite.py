@@ -67,22 +67,36 @@ def concat_components(weight: torch.Tensor, transposed: bool = False) -> torch.T
     return w.reshape(w.shape[0], 4 * w.shape[2], *w.shape[3:])  # (n_out, 4 n_in, *k)
 
 
+MIX_MODES = ("conv", "matmul")
+
+
 class _Mix(nn.Module):
     """x (B, 4 n, *S) -> (4B, 4 n, *S): the signed component selection as ONE real linear op.
 
-    Implemented as a 1x1 conv2d over (B, 4, n, prod S) so that the converters see a standard
-    conv with constant +-1 weights (quantised exactly) and no adds, subs or negations.
+    ``mode="conv"``: a 1x1 conv2d over (B, 4, n, prod S), a standard conv with constant +-1
+    weights (quantised exactly) and no adds, subs or negations (ExecuTorch/XNNPACK, ONNX).
+    ``mode="matmul"``: the same (16, 4) matrix as a batched matmul over (B, 4, n prod S); a
+    channels-last converter (LiteRT/TFLite-Micro) wraps a conv in transposes, a matmul on the
+    component axis needs none.
     """
 
-    def __init__(self):
+    def __init__(self, mode: str = "conv"):
         super().__init__()
+        if mode not in MIX_MODES:
+            raise ExportError(f"mix={mode!r}; expected one of {MIX_MODES}")
+        self.mode = mode
         self.register_buffer("weight", mixing_matrix().reshape(16, 4, 1, 1))
 
     def forward(self, x: torch.Tensor, n: int) -> torch.Tensor:
         b = x.shape[0]
         sp = x.shape[2:]
-        x4 = x.reshape(b, 4, n, -1)  # (B, 4 comp b, n, S)
-        xm = F.conv2d(x4, self.weight)  # (B, 16 = (c, a), n, S)
+        if self.mode == "matmul":
+            # (16, 4) @ (B, 4, n S): no layout change at all, so a channels-last converter
+            # adds no transposes (TFLite: RESHAPE, BATCH_MATMUL, RESHAPE)
+            xm = torch.matmul(self.weight.reshape(16, 4), x.reshape(b, 4, -1))
+        else:
+            x4 = x.reshape(b, 4, n, -1)  # (B, 4 comp b, n, S)
+            xm = F.conv2d(x4, self.weight)  # (B, 16 = (c, a), n, S)
         return xm.reshape(b * 4, 4 * n, *sp)  # (4B: (B, c), 4n: (a, i), *S)
 
 
@@ -90,7 +104,9 @@ class ExportQuaternionLayer(nn.Module):
     """A quaternion layer in the export form (see module docstring); same numbers as the
     source layer, components stored once as ``weight`` (n_out, 4 n_in, *k)."""
 
-    def __init__(self, layer: _QuaternionLayer, weight: torch.Tensor | None = None):
+    def __init__(
+        self, layer: _QuaternionLayer, weight: torch.Tensor | None = None, mix: str = "conv"
+    ):
         super().__init__()
         w = (layer.weight if weight is None else weight).detach().to(torch.float32)
         self.kind = type(layer).__name__
@@ -102,7 +118,7 @@ class ExportQuaternionLayer(nn.Module):
         for name in ("stride", "padding", "dilation", "output_padding"):
             if hasattr(layer, name):
                 setattr(self, name, getattr(layer, name))
-        self.mix = _Mix()
+        self.mix = _Mix(mix)
         # depthwise: the four partial products are summed by a 1x1 conv with weights 1
         self.register_buffer("sum_weight", torch.ones(1, 4, 1, 1))
         if self.depthwise:
@@ -262,9 +278,12 @@ def _layer_weight(m: nn.Module) -> tuple[_QuaternionLayer, torch.Tensor]:
     return m, m.weight
 
 
-def prepare_for_export(model: nn.Module, inplace: bool = False) -> nn.Module:
+def prepare_for_export(model: nn.Module, inplace: bool = False, mix: str = "conv") -> nn.Module:
     """Copy of ``model`` (eval) with every quaternion layer (fp32 or packed int8 reference)
-    replaced by ``ExportQuaternionLayer``; the numbers are unchanged (fp32 rounding aside)."""
+    replaced by ``ExportQuaternionLayer``; the numbers are unchanged (fp32 rounding aside).
+    ``mix``: how the signed component selection is written ("conv" or "matmul", see _Mix)."""
+    if mix not in MIX_MODES:
+        raise ExportError(f"mix={mix!r}; expected one of {MIX_MODES}")
     from qsa.quantize import Int8QuaternionLayer
 
     if not inplace:
@@ -284,7 +303,7 @@ def prepare_for_export(model: nn.Module, inplace: bool = False) -> nn.Module:
                         f"{prefix}{name}: depthwise {type(layer).__name__} has no export form "
                         "(depthwise is supported for QuaternionConv1d)"
                     )
-                setattr(parent, name, ExportQuaternionLayer(layer, w))
+                setattr(parent, name, ExportQuaternionLayer(layer, w, mix))
             elif isinstance(child, nn.PReLU):
                 setattr(parent, name, ExportPReLU(child))
             else:

@@ -178,9 +178,25 @@ def _quiet_native_output():
 
 
 def arena_works(path: str | os.PathLike, arena_size: int) -> bool:
-    """True when the TFLM interpreter allocates and invokes the model in ``arena_size`` bytes."""
-    with _quiet_native_output():
-        return _arena_works(path, arena_size)
+    """True when the TFLM interpreter allocates and invokes the model in ``arena_size`` bytes.
+
+    Each probe runs in a forked child: TFLM's allocator can crash instead of failing cleanly
+    when an arena is just too small (seen: "Failed to allocate tail memory ... available
+    4294967292", then SIGSEGV in an op's Prepare), and a probe must never take the exporting
+    process down. A probe that crashes counts as "does not fit"."""
+    if not hasattr(os, "fork"):
+        with _quiet_native_output():
+            return _arena_works(path, arena_size)
+    pid = os.fork()
+    if pid == 0:  # child: probe, report by exit status, never return into the caller
+        code = 2
+        try:
+            with _quiet_native_output():
+                code = 0 if _arena_works(path, arena_size) else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 def _arena_works(path: str | os.PathLike, arena_size: int) -> bool:

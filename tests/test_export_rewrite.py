@@ -28,14 +28,15 @@ LAYERS = [
 ]
 
 
+@pytest.mark.parametrize("mix", ["conv", "matmul"])
 @pytest.mark.parametrize("make, shape", LAYERS)
-def test_rewrite_matches_layer(make, shape):
+def test_rewrite_matches_layer(make, shape, mix):
     torch.manual_seed(0)
     layer = make().eval()
     if layer.bias is not None:
         nn.init.normal_(layer.bias)
     model = nn.Sequential(layer)
-    ex = prepare_for_export(model)
+    ex = prepare_for_export(model, mix=mix)
     assert isinstance(ex[0], ExportQuaternionLayer)
     x = torch.randn(*shape)
     with torch.no_grad():
@@ -74,3 +75,10 @@ def test_prelu_rewrite():
     x = torch.randn(2, 6, 5)
     with torch.no_grad():
         assert torch.allclose(ExportPReLU(p)(x), p(x), atol=1e-6)
+
+
+def test_unknown_mix_is_a_clear_error():
+    from qsa.export import ExportError
+
+    with pytest.raises(ExportError, match="mix='dense'.*conv.*matmul"):
+        prepare_for_export(nn.Sequential(QuaternionLinear(8, 8)), mix="dense")
