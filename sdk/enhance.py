@@ -116,7 +116,10 @@ def enhance_file(
     except FileNotFoundError:
         raise AudioError(f"{src}: no such file") from None
     except (sf.LibsndfileError, RuntimeError) as e:
-        raise AudioError(f"{src}: not a readable audio file ({e})") from None
+        why = getattr(e, "error_string", str(e)).rstrip(".")  # without the repeated path
+        raise AudioError(
+            f"{src}: not a readable audio file ({why}); expected WAV, FLAC or OGG"
+        ) from None
     with f:
         sr, ch, n = f.samplerate, f.channels, f.frames
         if n == 0:
@@ -140,10 +143,13 @@ def enhance_file(
 
         left, right = _context(model)
         subtype = "PCM_16" if dst.suffix.lower() != ".ogg" else "VORBIS"
+        fmt = dst.suffix.lstrip(".").upper() or "WAV"
+        if fmt == "WAV" and 2 * n > 0xFFFFFFFF - (1 << 20):
+            fmt = "RF64"  # a RIFF WAV holds at most 4 GiB (~37 h mono PCM_16 at 16 kHz)
         written = 0
         with atomic_path(dst, force=True) as tmp:
             with sf.SoundFile(str(tmp), "w", samplerate=sr, channels=1, subtype=subtype,
-                              format=dst.suffix.lstrip(".").upper() or "WAV") as out:
+                              format=fmt) as out:
                 for y in enhance_chunks(model, blocks(), 10 * msr, left, right):
                     z = rs_out.resample_chunk(y, last=False) if rs_out else y
                     z = z[: max(0, n - written)]

@@ -75,6 +75,70 @@ def test_bad_input_is_a_clean_error(tmp_path, case):
     assert not out.exists() and not list(tmp_path.glob(".*.tmp"))
 
 
+def _mpl_data(rel: str) -> Path:
+    import matplotlib  # an `audio` dependency; its data folder ships these files
+
+    return Path(matplotlib.get_data_path()) / rel
+
+
+# real files of other kinds that installed packages ship, read where they are installed
+MEDIA = {
+    "png": "images/matplotlib.png",
+    "jpg": "sample_data/grace_hopper.jpg",
+    "pdf": "images/hand.pdf",
+    "svg": "images/home.svg",
+    "ttf": "fonts/ttf/DejaVuSans.ttf",
+    "npz": "sample_data/goog.npz",
+}
+
+
+def _non_audio_error(r, src: Path, out: Path):
+    _clean_error(r, str(src), "not a readable audio file", "expected WAV, FLAC or OGG")
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr  # one message, nothing else
+    assert not out.exists() and not list(out.parent.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("kind", list(MEDIA))
+def test_real_non_audio_media_is_a_clean_error(tmp_path, kind):
+    src = _mpl_data(MEDIA[kind])
+    assert src.is_file(), f"{src}: matplotlib no longer ships it; pick another of its files"
+    out = tmp_path / "out.wav"
+    _non_audio_error(enhance(src, out), src, out)
+
+
+def test_png_named_wav_is_a_clean_error(tmp_path):
+    src = tmp_path / "speech.wav"
+    src.write_bytes(_mpl_data(MEDIA["png"]).read_bytes())
+    out = tmp_path / "out.wav"
+    _non_audio_error(enhance(src, out), src, out)
+
+
+def test_mp4_video_with_a_sound_track_is_a_clean_error(tmp_path):
+    """A real MP4 (MPEG-4 video and a 1 s AAC tone) made by FFmpeg through PyAV: it has a
+    sound track, but libsndfile does not read MP4, so it is refused, not half-read."""
+    av = pytest.importorskip("av")  # installed with the bench extra (pyrnnoise -> audiolab)
+    src = tmp_path / "talk.mp4"
+    with av.open(str(src), "w") as c:
+        v = c.add_stream("mpeg4", rate=10)
+        v.width, v.height, v.pix_fmt = 64, 48, "yuv420p"
+        a = c.add_stream("aac", rate=SR, layout="mono")
+        for i in range(10):
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 20 * i, np.uint8),
+                                               format="rgb24")
+            c.mux(v.encode(frame))
+        tone = (0.1 * np.sin(2 * np.pi * 440 * np.arange(SR) / SR)).astype(np.float32)
+        sound = av.AudioFrame.from_ndarray(tone[None], format="flt", layout="mono")
+        sound.sample_rate = SR
+        c.mux(a.encode(sound))
+        c.mux(a.encode())
+        c.mux(v.encode())
+    with av.open(str(src)) as c:  # a valid video with sound
+        assert sorted(s.type for s in c.streams) == ["audio", "video"]
+        assert sum(f.samples for f in c.decode(audio=0)) >= SR
+    out = tmp_path / "out.wav"
+    _non_audio_error(enhance(src, out), src, out)
+
+
 def test_existing_output_needs_force_and_short_input_is_processed(tmp_path):
     src = _wav(tmp_path / "short.wav", (0.1 * np.random.default_rng(0).standard_normal(100))
                .astype(np.float32))  # 100 samples: shorter than one STFT frame
