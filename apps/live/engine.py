@@ -281,6 +281,14 @@ class LiveSession:
         self.file_eof = False
         self._xrun_t = np.full(XRUN_LOG, np.nan)  # stream times (s) of the latest xruns
         self._n_xrun_events = 0
+        # what each xrun coincided with: the gap since the previous callback (host side) and
+        # how long the worker had gone without finishing a pass (our side), in seconds
+        self._xrun_gap = np.full(XRUN_LOG, np.nan)
+        self._xrun_worker_quiet = np.full(XRUN_LOG, np.nan)
+        self._cb_last = 0.0  # perf_counter at the previous callback
+        self._cb_gap = 0.0
+        self.cb_gap_max = 0.0  # largest gap between callbacks after the first second
+        self._worker_beat = 0.0  # perf_counter when the worker last finished a pass
         self._dev_latency = np.full(256, np.nan)  # seconds, DAC time - ADC time per callback
 
         # worker-owned statistics
@@ -428,6 +436,7 @@ class LiveSession:
     # -- the audio callback: copies and counters only ------------------------------------
     def _callback(self, indata, outdata, frames, time_info, status):
         self.n_callbacks += 1
+        self._callback_gap()
         if self.callback_priority is None:  # once, on PortAudio's thread
             self.callback_priority = raise_thread_priority(20)
         if status.input_overflow:
@@ -453,6 +462,7 @@ class LiveSession:
 
     def _out_callback(self, outdata, frames, time_info, status):
         self.n_callbacks += 1
+        self._callback_gap()
         if self.callback_priority is None:
             self.callback_priority = raise_thread_priority(20)
         if status.output_underflow:
@@ -468,9 +478,21 @@ class LiveSession:
             self._mark_xrun()
         self._play(outdata, frames)
 
+    def _callback_gap(self) -> None:
+        now = time.perf_counter()
+        self._cb_gap = now - self._cb_last if self._cb_last else 0.0
+        self._cb_last = now
+        if self._cb_gap > self.cb_gap_max and self.n_callbacks * self.block > self.sr_dev:
+            self.cb_gap_max = self._cb_gap
+
     def _mark_xrun(self) -> None:
-        """Note the stream time of an xrun in a preallocated slot (callback-safe)."""
-        self._xrun_t[self._n_xrun_events % XRUN_LOG] = self.n_callbacks * self.block / self.sr_dev
+        """Note the stream time of an xrun, the callback gap and the worker's quiet time before
+        it, in preallocated slots (callback-safe)."""
+        i = self._n_xrun_events % XRUN_LOG
+        self._xrun_t[i] = self.n_callbacks * self.block / self.sr_dev
+        self._xrun_gap[i] = self._cb_gap
+        beat = self._worker_beat
+        self._xrun_worker_quiet[i] = self._cb_last - beat if beat else np.nan
         self._n_xrun_events += 1
 
     def _file_into_pipeline(self, frames: int) -> int:
@@ -618,7 +640,9 @@ class LiveSession:
         poll = min(0.002, self.block / self.sr_dev / 4)
         try:
             while not self._stop.is_set():
-                if not self._work_once():
+                busy = self._work_once()
+                self._worker_beat = time.perf_counter()
+                if not busy:
                     time.sleep(poll)
                 elif self.worker_priority == "realtime" and self.hops_done >= 256:
                     self._demote_if_slow()
@@ -742,11 +766,15 @@ class LiveSession:
         self.close()
 
     # -- statistics ---------------------------------------------------------------------
-    def _xrun_times(self) -> list[float]:
-        """Stream times (s) of the latest ``XRUN_LOG`` xruns, oldest first."""
+    def _xrun_log(self, values: np.ndarray, scale: float = 1.0, nd: int = 2) -> list:
+        """The latest ``XRUN_LOG`` entries of a per-xrun slot array, oldest first."""
         n = self._n_xrun_events
         idx = np.arange(max(0, n - XRUN_LOG), n) % XRUN_LOG
-        return [round(float(t), 2) for t in self._xrun_t[idx]]
+        return [None if not np.isfinite(v) else round(float(v) * scale, nd) for v in values[idx]]
+
+    def _xrun_times(self) -> list[float]:
+        """Stream times (s) of the latest ``XRUN_LOG`` xruns, oldest first."""
+        return self._xrun_log(self._xrun_t)
 
     def _session_p99_ms(self) -> float | None:
         """p99 of the hop time over the whole session (upper edge of its 10 us bin)."""
@@ -809,6 +837,11 @@ class LiveSession:
                 "file_underruns": self.file_underruns,
             },
             "xrun_times_s": self._xrun_times(),
+            # per xrun (same order): ms since the previous callback, ms the worker had gone
+            # without finishing a pass; a long gap blames the host, a long quiet time the worker
+            "xrun_callback_gap_ms": self._xrun_log(self._xrun_gap, 1000, 1),
+            "xrun_worker_quiet_ms": self._xrun_log(self._xrun_worker_quiet, 1000, 1),
+            "callback_gap_ms_max": round(self.cb_gap_max * 1000, 1),
             "restarts": self.restarts,
             "jitter_growth_ms": round(self.growth / self.sr_dev * 1000, 2),
             "priority": {"callback": self.callback_priority, "worker": self.worker_priority},
