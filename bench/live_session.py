@@ -63,6 +63,7 @@ def main(argv=None) -> int:
     p.add_argument("--block-ms", type=float, default=10.0)
     p.add_argument("--latency", default="high", help="PortAudio latency (app default: high)")
     p.add_argument("--samplerate", type=int, default=SR, help="device rate (16000: no resampling)")
+    p.add_argument("--jitter-ms", type=float, help="the app's --jitter-ms (default: one block)")
     p.add_argument("--out", type=Path, help="write the result as JSON here")
     args = p.parse_args(argv)
 
@@ -78,6 +79,8 @@ def main(argv=None) -> int:
             str(args.block_ms), "--latency", args.latency, "--input-file", str(wav),
             "--json-stats",
         ]  # fmt: skip
+        if args.jitter_ms is not None:
+            cmd += ["--jitter-ms", str(args.jitter_ms)]
         t0 = time.monotonic()
         r = subprocess.run(cmd, env=pa.env_for("loop", "loop.monitor"), capture_output=True,
                            text=True)  # fmt: skip
@@ -99,6 +102,7 @@ def main(argv=None) -> int:
         "minutes": args.minutes,
         "block_ms": args.block_ms,
         "latency": args.latency,
+        "jitter_ms": args.jitter_ms,
         "samplerate": args.samplerate,
         "wall_s": round(wall, 1),
         "stream_s": final["t"],
@@ -116,8 +120,10 @@ def main(argv=None) -> int:
         f"underruns_after_{STARTUP_S:g}_s": final["underruns"] - base["underruns"],
         f"overruns_after_{STARTUP_S:g}_s": final["overruns"] - base["overruns"],
         "xruns": final["xruns"],
+        "startup_shortfalls": final.get("startup_shortfalls"),
         "xrun_times_s": final.get("xrun_times_s"),
         "xrun_callback_gap_ms": final.get("xrun_callback_gap_ms"),
+        "xrun_portaudio_gap_ms": final.get("xrun_portaudio_gap_ms"),
         "xrun_worker_quiet_ms": final.get("xrun_worker_quiet_ms"),
         "callback_gap_ms_max": final.get("callback_gap_ms_max"),
         "restarts": final["restarts"],

@@ -45,6 +45,7 @@ from qsa.layers.quaternion import (
     _QuaternionLayer,
     is_quaternion_layer,
 )
+from qsa.models.qtransformer import QuaternionLayerNorm
 
 from .errors import ExportError
 
@@ -218,9 +219,14 @@ class ExportQuaternionLayer(nn.Module):
             x2 = x.reshape(-1, self.in_channels, 1)  # (M, 4 n_in, 1)
             xm = self.mix(x2, self.n_in).reshape(-1, 4 * self.n_in)  # (4M, 4 n_in)
             y = self._op(xm, 1)  # (4M, n_out)
-            y = y.reshape(-1, self.out_channels)  # (M, 4 n_out): [r|i|j|k] blocks
-            if self.bias is not None:
-                y = y + self.bias
+            if self.bias is not None and y.shape[0] == 4:
+                # one row (a streaming step): rows are the components c, so the bias adds in
+                # place, (4, n_out) + (4, n_out), without a reshape to (1, 4 n_out) first
+                y = y + self.bias.view(4, self.n_out)
+            else:
+                y = y.reshape(-1, self.out_channels)  # (M, 4 n_out): [r|i|j|k] blocks
+                if self.bias is not None:
+                    y = y + self.bias
             return y.reshape(*lead, self.out_channels)
         b = x.shape[0]
         xm = self.mix(x, self.n_in)  # (4B, 4 n_in, *S)
@@ -243,6 +249,24 @@ class ExportQuaternionLayer(nn.Module):
             f"{self.kind} {self.in_channels}->{self.out_channels}, components once "
             f"{tuple(self.weight.shape)}{' depthwise' if self.depthwise else ''}"
         )
+
+
+class ExportQuaternionLayerNorm(nn.Module):
+    """``QuaternionLayerNorm`` with one mean over (component, unit) instead of a sum over the
+    components then a mean over the units: sum_c mean_i q^2 = 4 mean_(c,i) q^2, so
+    rsqrt(4 p + eps) = rsqrt(p + eps / 4) / 2 and the 1/2 goes into the gain. One op fewer per
+    norm in a converted graph; the same numbers."""
+
+    def __init__(self, norm: nn.Module):
+        super().__init__()
+        self.n, self.eps = norm.n, norm.eps
+        self.gain = nn.Parameter(0.5 * norm.gain.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = x.reshape(*x.shape[:-1], 4, self.n)  # (..., 4, n)
+        q = q - q.mean(dim=-1, keepdim=True)
+        p = (q * q).mean(dim=(-2, -1), keepdim=True)  # (..., 1, 1)
+        return (q * torch.rsqrt(p + self.eps / 4) * self.gain).reshape(x.shape)
 
 
 class ExportPReLU(nn.Module):
@@ -278,10 +302,14 @@ def _layer_weight(m: nn.Module) -> tuple[_QuaternionLayer, torch.Tensor]:
     return m, m.weight
 
 
-def prepare_for_export(model: nn.Module, inplace: bool = False, mix: str = "conv") -> nn.Module:
+def prepare_for_export(
+    model: nn.Module, inplace: bool = False, mix: str = "conv", fold_norm: bool = False
+) -> nn.Module:
     """Copy of ``model`` (eval) with every quaternion layer (fp32 or packed int8 reference)
     replaced by ``ExportQuaternionLayer``; the numbers are unchanged (fp32 rounding aside).
-    ``mix``: how the signed component selection is written ("conv" or "matmul", see _Mix)."""
+    ``mix``: how the signed component selection is written ("conv" or "matmul", see _Mix).
+    ``fold_norm``: quaternion layer norms as ``ExportQuaternionLayerNorm`` (one mean over two
+    axes; fewer TFLite ops, but XNNPACK runs a two-axis mean outside its delegate)."""
     if mix not in MIX_MODES:
         raise ExportError(f"mix={mix!r}; expected one of {MIX_MODES}")
     from qsa.quantize import Int8QuaternionLayer
@@ -306,6 +334,8 @@ def prepare_for_export(model: nn.Module, inplace: bool = False, mix: str = "conv
                 setattr(parent, name, ExportQuaternionLayer(layer, w, mix))
             elif isinstance(child, nn.PReLU):
                 setattr(parent, name, ExportPReLU(child))
+            elif fold_norm and isinstance(child, QuaternionLayerNorm):
+                setattr(parent, name, ExportQuaternionLayerNorm(child))
             else:
                 visit(child, f"{prefix}{name}.")
 

@@ -82,3 +82,35 @@ def test_unknown_mix_is_a_clear_error():
 
     with pytest.raises(ExportError, match="mix='dense'.*conv.*matmul"):
         prepare_for_export(nn.Sequential(QuaternionLinear(8, 8)), mix="dense")
+
+
+def test_layer_norm_export_form_matches():
+    from qsa.export.rewrite import ExportQuaternionLayerNorm
+    from qsa.models.qtransformer import QuaternionLayerNorm
+
+    torch.manual_seed(0)
+    norm = QuaternionLayerNorm(24)
+    nn.init.uniform_(norm.gain, 0.5, 2.0)
+    x = torch.randn(3, 5, 24) * 3 + 1
+    with torch.no_grad():
+        want = norm(x)
+        ex = prepare_for_export(nn.Sequential(QuaternionLinear(24, 24), norm), fold_norm=True)
+        assert isinstance(ex[1], ExportQuaternionLayerNorm)
+        assert isinstance(prepare_for_export(nn.Sequential(norm))[0], QuaternionLayerNorm)
+        got = ex[1](x)
+        assert torch.allclose(ExportQuaternionLayerNorm(norm)(x), want, atol=1e-5)
+        assert torch.allclose(got, want, atol=1e-5)
+        z = torch.zeros(2, 24)  # silence: finite, zero
+        assert torch.equal(ExportQuaternionLayerNorm(norm)(z), norm(z))
+
+
+def test_single_row_bias_is_added_in_place():
+    """A streaming step's quaternion linear (one row): bias added on the (4, n_out) rows."""
+    torch.manual_seed(0)
+    layer = QuaternionLinear(16, 12).eval()
+    nn.init.normal_(layer.bias)
+    ex = prepare_for_export(nn.Sequential(layer), mix="matmul")
+    for shape in [(1, 16), (1, 1, 16), (3, 16)]:
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            assert torch.allclose(ex(x), layer(x), atol=1e-5), shape

@@ -208,3 +208,26 @@ def test_existing_artifact_needs_force(tmp_path_factory):
         export_model(
             toy_step(), "onnx", "fp32", result.artifact.parent, calib=CALIB, verify_wave=VERIFY
         )
+
+
+def test_reexport_never_leaves_a_stale_report(tmp_path):
+    """--force into a folder with a verified export: the old report.json (and its sha256) goes
+    before anything else, so an export stopped part-way leaves no report at all, and a
+    complete one leaves a report whose sha256 is the new artifact's."""
+    from qsa.export.validate import sha256_file
+
+    def run(seed, stages=None):
+        torch.manual_seed(seed)
+        step = ToyStep(ToyStreamingQNet().eval())
+        return export_model(step, "onnx", "fp32", tmp_path, calib=CALIB, verify_wave=VERIFY,
+                            model_name="toy", force=True, stages=stages)  # fmt: skip
+
+    first = run(0)
+    old_sha = json.loads(first.report_path.read_text())["sha256"]
+    assert old_sha == sha256_file(first.artifact)
+    run(1, stages=("prepare", "export", "quantize", "lower", "serialize"))  # no verify/measure
+    assert not (tmp_path / "report.json").exists()
+    assert sha256_file(first.artifact) != old_sha  # the new weights were written
+    done = run(1)
+    new_sha = json.loads(done.report_path.read_text())["sha256"]
+    assert new_sha == sha256_file(done.artifact) != old_sha

@@ -617,3 +617,52 @@ def test_terminal_view_b_toggles_bypass_q_quits(pulse, enhancer, tmp_path):
     d = enhancer.proc.signal_delay_samples
     tail = slice(len(out) - SR // 2, len(out))
     np.testing.assert_allclose(out[tail], inp[tail.start - d : tail.stop - d], atol=1e-7)
+
+
+def test_startup_shortfalls_are_not_underruns(pulse, enhancer, monkeypatch):
+    """A host that drains the output faster than real time before the first processed sample
+    is played (the start-up burst) only plays more silence first: counted as start-up
+    shortfalls, not underruns. The same shortfall once the signal plays is an underrun."""
+    import sounddevice as sd
+
+    from qsa.apps.live import LiveOptions, LiveSession
+
+    for k in ("PULSE_SERVER", "XDG_RUNTIME_DIR", "HOME"):
+        monkeypatch.setenv(k, pulse.env[k])
+    sd._terminate()
+    sd._initialize()
+    blk = 160
+    opts = LiveOptions(input_device="pulse", output_device="pulse", channels=1, samplerate=SR)
+    session = LiveSession(enhancer.proc, opts).open()
+    try:
+        indata = np.full((blk, 1), 0.1, np.float32)
+        outdata = np.zeros((blk, 1), np.float32)
+        ok, under = sd.CallbackFlags(), sd.CallbackFlags(sd._lib.paOutputUnderflow)
+
+        class TimeInfo:
+            inputBufferAdcTime, outputBufferDacTime, currentTime = 1.0, 1.01, 1.0
+
+        ti = TimeInfo()
+        # the start burst: callbacks with no worker pass in between drain the prefill
+        session._callback(indata, outdata, blk, ti, under)
+        for _ in range(session.prefill // blk + 3):
+            session._callback(indata, outdata, blk, ti, ok)
+        s = session.stats()
+        assert s["startup_shortfalls"]["ring"] >= 2 and s["startup_shortfalls"]["device"] == 1
+        assert s["underruns"] == 0 and s["xrun_times_s"] == []
+        # the worker catches up, processed samples play, then the host bursts again
+        for _ in range(20):
+            session._work_once()
+            session._callback(indata, outdata, blk, ti, ok)
+        session._work_once()
+        assert session._played > session.prefill
+        base = session.stats()["underruns"]
+        for _ in range(session.out_ring.available() // blk + 2):
+            session._callback(indata, outdata, blk, ti, ok)
+        session._callback(indata, outdata, blk, ti, under)
+        s = session.stats()
+        assert s["xruns"]["ring_underruns"] >= 1 and s["xruns"]["device_output_underflows"] == 1
+        assert s["underruns"] > base and len(s["xrun_times_s"]) == s["underruns"]
+        assert s["startup_shortfalls"]["device"] == 1  # unchanged
+    finally:
+        session.close()

@@ -192,6 +192,9 @@ def test_cli_help_and_argument_errors():
     assert r.returncode == 2 and "--block-ms 0" in r.stderr and "Traceback" not in r.stderr
     r = qsa("live", "--input-file", "/nonexistent.wav", "--model", "passthrough")
     assert r.returncode == 2 and "/nonexistent.wav" in r.stderr
+    r = qsa("live", "--jitter-ms", "-5", "--model", "passthrough")
+    assert r.returncode == 2 and "--jitter-ms -5; expected 0 to 1000 ms" in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_int_or_str():

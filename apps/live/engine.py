@@ -274,6 +274,13 @@ class LiveSession:
         self.ring_overruns = 0  # input ring full: the worker stalled, a block was dropped
         self.dropped_in = 0  # samples dropped with those overruns
         self.ring_underruns = 0  # output ring short: a block was played (partly) as zeros
+        # Shortfalls before the first processed sample reaches the device: the host fills its
+        # buffer at start in a burst of callbacks faster than real time and drains the prefill
+        # silence early. They only play more silence before the signal (the jitter buffer grows,
+        # the latency figures include it); nothing is dropped, so they are counted apart.
+        self.startup_ring_shortfalls = 0
+        self.startup_device_underflows = 0
+        self._played = 0  # samples taken from the output ring (prefill zeros first)
         self.file_underruns = 0
         self._late = 0  # samples played as zeros that will be skipped when they arrive
         self.growth = 0  # samples the pipeline delay grew by after shortfalls (<= max_growth)
@@ -284,9 +291,12 @@ class LiveSession:
         # what each xrun coincided with: the gap since the previous callback (host side) and
         # how long the worker had gone without finishing a pass (our side), in seconds
         self._xrun_gap = np.full(XRUN_LOG, np.nan)
+        self._xrun_pa_gap = np.full(XRUN_LOG, np.nan)  # the same gap on PortAudio's clock
         self._xrun_worker_quiet = np.full(XRUN_LOG, np.nan)
         self._cb_last = 0.0  # perf_counter at the previous callback
         self._cb_gap = 0.0
+        self._pa_last = 0.0  # PortAudio's currentTime at the previous callback
+        self._pa_gap = 0.0  # host-side gap: PortAudio stamps it before Python is entered
         self.cb_gap_max = 0.0  # largest gap between callbacks after the first second
         self._worker_beat = 0.0  # perf_counter when the worker last finished a pass
         self._dev_latency = np.full(256, np.nan)  # seconds, DAC time - ADC time per callback
@@ -436,15 +446,14 @@ class LiveSession:
     # -- the audio callback: copies and counters only ------------------------------------
     def _callback(self, indata, outdata, frames, time_info, status):
         self.n_callbacks += 1
-        self._callback_gap()
+        self._callback_gap(time_info.currentTime)
         if self.callback_priority is None:  # once, on PortAudio's thread
             self.callback_priority = raise_thread_priority(20)
         if status.input_overflow:
             self.pa_input_overflows += 1
             self._mark_xrun()
         if status.output_underflow:
-            self.pa_output_underflows += 1
-            self._mark_xrun()
+            self._device_underflow()
         self._dev_latency[self.n_callbacks % 256] = (
             time_info.outputBufferDacTime - time_info.inputBufferAdcTime
         )
@@ -462,12 +471,11 @@ class LiveSession:
 
     def _out_callback(self, outdata, frames, time_info, status):
         self.n_callbacks += 1
-        self._callback_gap()
+        self._callback_gap(time_info.currentTime)
         if self.callback_priority is None:
             self.callback_priority = raise_thread_priority(20)
         if status.output_underflow:
-            self.pa_output_underflows += 1
-            self._mark_xrun()
+            self._device_underflow()
         self._dev_latency[self.n_callbacks % 256] = (
             time_info.outputBufferDacTime - time_info.currentTime
         )
@@ -478,12 +486,21 @@ class LiveSession:
             self._mark_xrun()
         self._play(outdata, frames)
 
-    def _callback_gap(self) -> None:
+    def _callback_gap(self, pa_now: float) -> None:
+        self._pa_gap = pa_now - self._pa_last if self._pa_last else 0.0
+        self._pa_last = pa_now
         now = time.perf_counter()
         self._cb_gap = now - self._cb_last if self._cb_last else 0.0
         self._cb_last = now
         if self._cb_gap > self.cb_gap_max and self.n_callbacks * self.block > self.sr_dev:
             self.cb_gap_max = self._cb_gap
+
+    def _device_underflow(self) -> None:
+        if self._played > self.prefill:  # a processed sample was already played: a gap in it
+            self.pa_output_underflows += 1
+            self._mark_xrun()
+        else:
+            self.startup_device_underflows += 1
 
     def _mark_xrun(self) -> None:
         """Note the stream time of an xrun, the callback gap and the worker's quiet time before
@@ -491,6 +508,7 @@ class LiveSession:
         i = self._n_xrun_events % XRUN_LOG
         self._xrun_t[i] = self.n_callbacks * self.block / self.sr_dev
         self._xrun_gap[i] = self._cb_gap
+        self._xrun_pa_gap[i] = self._pa_gap
         beat = self._worker_beat
         self._xrun_worker_quiet[i] = self._cb_last - beat if beat else np.nan
         self._n_xrun_events += 1
@@ -513,10 +531,15 @@ class LiveSession:
             if k > 0:
                 self._late -= ring.skip(k)
         n = ring.read_into(outdata)
+        started = self._played > self.prefill  # the signal has reached the device
+        self._played += n
         if n < frames:
             outdata[n:] = 0.0
-            self.ring_underruns += 1
-            self._mark_xrun()
+            if started:
+                self.ring_underruns += 1
+                self._mark_xrun()
+            else:
+                self.startup_ring_shortfalls += 1
             short = frames - n
             # Adaptive jitter buffer: the first shortfalls (a host that calls back in bursts,
             # a slow start) grow the delay, up to ``max_growth``; beyond it late samples are
@@ -836,10 +859,17 @@ class LiveSession:
                 "device_output_underflows": self.pa_output_underflows,
                 "file_underruns": self.file_underruns,
             },
+            "startup_shortfalls": {  # before the signal started: more silence first, no loss
+                "ring": self.startup_ring_shortfalls,
+                "device": self.startup_device_underflows,
+            },
             "xrun_times_s": self._xrun_times(),
-            # per xrun (same order): ms since the previous callback, ms the worker had gone
-            # without finishing a pass; a long gap blames the host, a long quiet time the worker
+            # per xrun (same order): ms since the previous callback as Python saw it and as
+            # PortAudio stamped it (before the GIL is taken: a long PortAudio gap is the host,
+            # a long Python gap alone is another thread holding the GIL), and ms the worker
+            # had gone without finishing a pass
             "xrun_callback_gap_ms": self._xrun_log(self._xrun_gap, 1000, 1),
+            "xrun_portaudio_gap_ms": self._xrun_log(self._xrun_pa_gap, 1000, 1),
             "xrun_worker_quiet_ms": self._xrun_log(self._xrun_worker_quiet, 1000, 1),
             "callback_gap_ms_max": round(self.cb_gap_max * 1000, 1),
             "restarts": self.restarts,

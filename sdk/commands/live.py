@@ -65,6 +65,14 @@ def register(subparsers) -> None:
         "PulseAudio and busy machines; low on a direct ALSA device for the least delay)",
     )
     p.add_argument(
+        "--jitter-ms",
+        type=float,
+        metavar="MS",
+        help="output buffered ahead against host scheduling jitter (default: one block). A "
+        "host that stalls callbacks for G ms and then catches up in a burst underruns unless "
+        "this covers G; it adds MS to the latency",
+    )
+    p.add_argument(
         "--resample-quality",
         default="HQ",
         choices=("QQ", "LQ", "MQ", "HQ", "VHQ"),
@@ -94,6 +102,16 @@ def _latency(text: str):
         raise ConfigError(f"--latency {text!r}; expected low, high or seconds") from None
 
 
+def _jitter(ms: float | None, block_ms: float) -> dict:
+    if ms is None:
+        return {}
+    if not 0 <= ms <= 1000:
+        from qsa.errors import ConfigError
+
+        raise ConfigError(f"--jitter-ms {ms:g}; expected 0 to 1000 ms (one block is typical)")
+    return {"margin_blocks": ms / block_ms}
+
+
 def run(args: argparse.Namespace) -> int:
     import sys
 
@@ -115,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
         duration=args.duration,
         resample_quality=args.resample_quality,
         latency=_latency(args.latency),
+        **_jitter(args.jitter_ms, args.block_ms),
     )
     processor = load_processor(args.model, args.runtime, args.precision)
     # The callback needs the GIL promptly: let the worker thread give it up every 0.5 ms.
