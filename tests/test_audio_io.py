@@ -93,8 +93,9 @@ def test_folder_is_not_audio(tmp_path):
 def test_non_audio_file(tmp_path):
     path = tmp_path / "notes.wav"
     path.write_text("this is not audio\n" * 20)
-    with pytest.raises(AudioError, match="notes.wav: not a readable audio file"):
+    with pytest.raises(AudioError, match="notes.wav: not a readable audio file") as e:
         read_audio(path)
+    assert str(e.value).count("notes.wav") == 1  # the path once, then libsndfile's reason
 
 
 def test_truncated_header(tmp_path):

@@ -83,8 +83,9 @@ def read_audio(path: str | os.PathLike, target_sr: int | None = DEFAULT_SR) -> t
             sr_in, channels, fmt, subtype = f.samplerate, f.channels, f.format, f.subtype
             data = f.read(dtype="float32", always_2d=True)  # (frames, channels)
     except sf.LibsndfileError as e:
+        why = getattr(e, "error_string", str(e)).rstrip(".")  # libsndfile's reason, no path
         raise AudioError(
-            f"{p}: not a readable audio file ({e}); expected WAV, FLAC or OGG"
+            f"{p}: not a readable audio file ({why}); expected WAV, FLAC or OGG"
         ) from e
     except (RuntimeError, OSError) as e:
         raise AudioError(f"{p}: cannot read audio ({e}); expected WAV, FLAC or OGG") from e
