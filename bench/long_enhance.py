@@ -38,17 +38,10 @@ PCM16_STEP = 1.0 / 32768
 
 
 def block(start: int, n: int) -> np.ndarray:
-    """Samples [start, start + n) of the test signal (any block size gives the same file)."""
-    t = np.arange(start, start + n, dtype=np.float64)
-    seg = (t // (10 * SR)).astype(np.int64)
-    level = 0.02 + 0.18 * ((seg * 7919) % 13) / 12
-    rng = np.random.default_rng(start)
-    glide = 2 * np.pi * t / (40 * SR)  # frequency 1100 + 900 sin(glide) Hz
-    x = level * rng.standard_normal(n) + 0.1 * np.sin(
-        2 * np.pi * 1100 * t / SR - 900 * 40 * np.cos(glide)
-    )
-    x[(t % (3600 * SR)) >= 3540 * SR] = 0.0  # the last minute of every hour: digital silence
-    return np.clip(x, -1, 1).astype(np.float32)
+    """Samples [start, start + n) of the input: a minute of digital silence every hour."""
+    from qsa.data.synth import long_signal
+
+    return long_signal(start, n, SR, silence_s=(3540, 3600))
 
 
 def write_input(path: Path, frames: int) -> None:

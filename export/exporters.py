@@ -510,17 +510,6 @@ class OnnxExporter(Exporter):
         return dict(sorted(Counter(n.op_type for n in self.onnx_model.graph.node).items()))
 
 
-def _strip_tflite_strings(path: Path) -> None:
-    """Drop tensor names, the description and the signature table (what TFLite's own
-    ``strip_strings`` drops): on a small int8 model the names are a third of the file and
-    nothing the interpreters read (inputs and outputs keep their subgraph order)."""
-    from ai_edge_litert.tools import flatbuffer_utils as fbu
-
-    m = fbu.read_model_from_bytearray(Path(path).read_bytes())
-    fbu.strip_strings(m)
-    Path(path).write_bytes(bytes(fbu.convert_object_to_bytearray(m)))
-
-
 class LiteRTExporter(Exporter):
     target = "litert"
     mix = "matmul"  # channels-last: a conv mix would be wrapped in transposes
@@ -561,7 +550,7 @@ class LiteRTExporter(Exporter):
 
         with atomic_path(self.artifact) as tmp:
             self.converted.export(str(tmp))
-            _strip_tflite_strings(tmp)
+            # strings stripped and every distinct table written once, in one parse and write
             data, self.compaction = compact_tflite(tmp.read_bytes())
             tmp.write_bytes(data)
         self.files.append(self.artifact)

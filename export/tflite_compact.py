@@ -6,6 +6,7 @@ and tensor also costs arena (a 64 B ``NodeAndRegistration`` per op, a 24 B
 ``TfLiteEvalTensor`` per tensor). ``compact_tflite`` rewrites the file without what no
 interpreter needs (the graph is unchanged: same operators, tensors, buffers and numbers):
 
+* tensor names, the description and the signature table are dropped (``strip_strings``);
 * quantisation tables without scales are dropped;
 * the writer stores each distinct vector (shapes, operator inputs/outputs, scales, zero
   points) and each distinct table (quantisation parameters, builtin options) once and points
@@ -119,24 +120,31 @@ def _pack_dedup(S, model) -> bytes:
             c.Pack = p
 
 
-def compact_tflite(data: bytes) -> tuple[bytes, dict[str, Any]]:
-    """(compacted flatbuffer, {"before": ..., "after": ...} with bytes, ops and tensors)."""
-    S = _schema()
-    model = S.ModelT.InitFromPackedBuf(bytearray(data), 0)
-    before = {
-        "bytes": len(data),
+def _counts(model, nbytes: int) -> dict[str, int]:
+    return {
+        "bytes": nbytes,
         "ops": sum(len(sg.operators or []) for sg in model.subgraphs),
         "tensors": sum(len(sg.tensors or []) for sg in model.subgraphs),
     }
+
+
+def compact_tflite(data: bytes, strip_strings: bool = True) -> tuple[bytes, dict[str, Any]]:
+    """(compacted flatbuffer, {"before": ..., "after": ...} with bytes, ops and tensors).
+
+    ``strip_strings``: also drop tensor names, the description and the signature table (what
+    TFLite's own ``strip_strings`` drops; nothing the interpreters read, inputs and outputs keep
+    their subgraph order), in the same parse and write."""
+    S = _schema()
+    model = S.ModelT.InitFromPackedBuf(bytearray(data), 0)
+    before = _counts(model, len(data))
+    if strip_strings:
+        from ai_edge_litert.tools import flatbuffer_utils as fbu
+
+        fbu.strip_strings(model)
     for sg in model.subgraphs:
         for t in sg.tensors:
             q = t.quantization
             if q is not None and _qkey(q) is None and q.min is None and q.details is None:
                 t.quantization = None
     out = _pack_dedup(S, model)
-    after = {
-        "bytes": len(out),
-        "ops": sum(len(sg.operators or []) for sg in model.subgraphs),
-        "tensors": sum(len(sg.tensors or []) for sg in model.subgraphs),
-    }
-    return out, {"before": before, "after": after}
+    return out, {"before": before, "after": _counts(model, len(out))}

@@ -22,6 +22,8 @@ import pytest
 import soundfile as sf
 import torch
 
+from qsa.data.synth import long_signal
+
 QSA = str(Path(sys.executable).with_name("qsa"))
 # glibc's dynamic mmap threshold keeps the ~100 MB of transients that each 10 s chunk frees in
 # the heap, so peak RSS varies by +-25 MB between identical runs; with a fixed threshold large
@@ -37,19 +39,9 @@ pytestmark = pytest.mark.slow
 
 
 def _block(start: int, n: int) -> np.ndarray:
-    """Samples [start, start + n) of a deterministic test signal: noise whose level changes
-    every 10 s, a tone gliding between 200 Hz and 2 kHz, and 10 s of digital silence at 5 min
-    (a continuous function of the sample index, so any block size gives the same file)."""
-    t = np.arange(start, start + n, dtype=np.float64)
-    seg = (t // (10 * SR)).astype(np.int64)
-    level = 0.02 + 0.18 * ((seg * 7919) % 13) / 12
-    rng = np.random.default_rng(start)
-    glide = 2 * np.pi * t / (40 * SR)  # frequency 1100 + 900 sin(glide) Hz
-    x = level * rng.standard_normal(n) + 0.1 * np.sin(
-        2 * np.pi * 1100 * t / SR - 900 * 40 * np.cos(glide)
-    )
-    x[(t >= 300 * SR) & (t < 310 * SR)] = 0.0
-    return np.clip(x, -1, 1).astype(np.float32)
+    """Samples [start, start + n) of the test signal (qsa.data.synth.long_signal): noise of a
+    level changing every 10 s, a gliding tone, and 10 s of digital silence at 5 min."""
+    return long_signal(start, n, SR, silence_s=(300, 310))
 
 
 def _write(path: Path, frames: int, block: int = 7 * SR + 333) -> Path:

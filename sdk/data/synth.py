@@ -86,6 +86,26 @@ VOICE_SPLITS = {
 # --------------------------------------------------------------------------- speech
 
 
+def long_signal(
+    start: int, n: int, sr: int = 16000, silence_s: tuple[float, float] = (3540, 3600)
+) -> np.ndarray:
+    """Samples [start, start + n) of an arbitrarily long deterministic test signal: noise whose
+    level changes every 10 s, a tone gliding between 200 Hz and 2 kHz, and digital silence over
+    ``silence_s`` of every hour. A function of the sample index alone, so a file of any length
+    can be written (and checked) block by block, with any block size giving the same samples."""
+    t = np.arange(start, start + n, dtype=np.float64)
+    seg = (t // (10 * sr)).astype(np.int64)
+    level = 0.02 + 0.18 * ((seg * 7919) % 13) / 12
+    rng = np.random.default_rng(start)
+    glide = 2 * np.pi * t / (40 * sr)  # frequency 1100 + 900 sin(glide) Hz
+    x = level * rng.standard_normal(n) + 0.1 * np.sin(
+        2 * np.pi * 1100 * t / sr - 900 * 40 * np.cos(glide)
+    )
+    in_hour = t % (3600 * sr)
+    x[(in_hour >= silence_s[0] * sr) & (in_hour < silence_s[1] * sr)] = 0.0
+    return np.clip(x, -1, 1).astype(np.float32)
+
+
 def espeak(text: str, voice: str, variant: str, rate: int, pitch: int) -> np.ndarray:
     """espeak-ng speech for ``text`` as float32 at 16 kHz (silence at the ends trimmed)."""
     from qsa.audio.resample import resample
