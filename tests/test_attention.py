@@ -151,3 +151,31 @@ def test_bad_dims_are_explained():
         QuaternionSelfAttention(24, num_heads=4)
     with pytest.raises(ValueError, match="score="):
         QuaternionSelfAttention(16, score="four")
+
+
+@pytest.mark.parametrize("score", ["shared", "hamilton"])
+@pytest.mark.parametrize("causal,window", [(True, 5), (False, 4), (True, 300)])
+def test_long_sequences_take_the_banded_path_with_the_same_result(score, causal, window):
+    """Past 2 blocks, a windowed layer attends block by block (bounded memory); the result
+    equals the full-mask computation, and no (T, T) score tensor is ever built."""
+    torch.manual_seed(0)
+    att = QuaternionSelfAttention(16, 2, score=score, causal=causal, window=window).eval()
+    t = 2 * att.block_size(window) + 77  # a ragged last block
+    x = torch.randn(2, t, 16)
+    with torch.no_grad():
+        q, k, v = (att._heads(p(x)) for p in (att.q_proj, att.k_proj, att.v_proj))
+        full = att.out_proj(att._merge(att.attend(q, k, v, att.mask(t, t))))
+
+        class Widest(TorchDispatchMode):
+            keys = 0  # the most keys any score / mask tensor held
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                if isinstance(out, torch.Tensor) and out.ndim >= 2 and out.shape[-2] > 1:
+                    Widest.keys = max(Widest.keys, out.shape[-1] * (out.shape[-2] == t))
+                return out
+
+        with Widest():
+            banded = att(x)
+    assert torch.allclose(banded, full, atol=1e-5, rtol=1e-5)
+    assert Widest.keys < t, "a full (T, T) score or mask tensor was built"

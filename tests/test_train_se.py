@@ -99,3 +99,24 @@ def test_ddp_two_processes_end_with_identical_replicas(corpus, tmp_path):
     d0 = (out / "replica-0.sha256").read_text()
     d1 = (out / "replica-1.sha256").read_text()
     assert len(d0) == 64 and d0 == d1
+
+
+def test_init_copies_shipped_weights_and_refuses_other_models(tmp_path):
+    """--init (fine-tuning): the generator starts from the given weights exactly; weights of
+    another model, or a file that is not a model, are refused with the reason."""
+    import qsa
+    from qsa.errors import ConfigError
+    from qsa.models.registry import build_model, preset_config
+    from qsa.train.se import init_weights
+
+    gen = build_model(preset_config("qcgan-35k"))
+    init_weights(gen, "qcgan-35k")
+    ref = qsa.load("qcgan-35k", dequantize=True).state_dict()
+    for k, v in gen.state_dict().items():
+        assert torch.equal(v, ref[k]), k
+    with pytest.raises(ConfigError, match="differs from the preset"):
+        init_weights(build_model(preset_config("qcgan-0.89m-causal")), "qcgan-35k")
+    bad = tmp_path / "not-a-model.qsa"
+    bad.write_bytes(b"nonsense")
+    with pytest.raises(Exception, match="not-a-model.qsa"):
+        init_weights(gen, str(bad))

@@ -25,6 +25,9 @@ def register(sub) -> None:
     p.add_argument("--val-items", type=int, default=32)
     p.add_argument("--ckpt-every", type=int, default=100)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    p.add_argument("--init", default="",
+                   help="start from these weights: a packed model file or a shipped model "
+                        "name (fine-tuning)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     p.add_argument("--force", action="store_true", help="start over in an existing OUT")
     p.add_argument("--no-progress", action="store_true")
@@ -41,7 +44,7 @@ def run(args) -> int:
         batch_size=args.batch_size, segment_seconds=args.segment, lr_g=args.lr, lr_d=args.lr_d,
         seed=args.seed, pesq_workers=args.pesq_workers, metric_gan=not args.no_metric_gan,
         metric_start=args.metric_start, val_items=args.val_items, ckpt_every=args.ckpt_every,
-        threads=args.threads,
+        threads=args.threads, init=args.init,
     )
     from pathlib import Path
 

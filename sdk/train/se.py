@@ -58,6 +58,7 @@ class TrainConfig:
     val_items: int = 32
     ckpt_every: int = 100
     threads: int = 0  # 0: torch default
+    init: str = ""  # start from these weights (a packed model file or a shipped model name)
     version: int = 1
 
     def __post_init__(self):
@@ -308,6 +309,23 @@ def _val_pairs(pairs, n: int):
     return out
 
 
+def init_weights(gen: nn.Module, source: str) -> None:
+    """Copy the generator weights of ``source`` (a packed model file or a shipped model name)
+    into ``gen``: fine-tuning. The two configs must agree exactly."""
+    from qsa.hub import load
+
+    try:
+        src = load(source, dequantize=True, allow_untrained=False)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--init {source}: cannot be loaded ({e}); pass a packed model "
+                          "file (.qsa) or a shipped model name") from None
+    a, b = getattr(src, "config", None), getattr(gen, "config", None)
+    if a != b:
+        raise ConfigError(f"--init {source}: its config {a} differs from the preset's {b}; "
+                          "pass weights of the same model")
+    gen.load_state_dict(src.state_dict())
+
+
 def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = True):
     """Build data, models and losses from ``cfg``, train, write the packed model files."""
     from qsa.data.readers import CropDataset, parse_data_spec
@@ -328,6 +346,8 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
         val_set = parse_data_spec(cfg.data, split="test")
     dataset = CropDataset(train_pairs, cfg.segment_seconds, cfg.seed)
     gen = build_model(preset_config(cfg.model))
+    if cfg.init and not resume:
+        init_weights(gen, cfg.init)
     disc = MetricDiscriminator()
     losses = GeneratorLosses()
     trainer = Trainer(cfg, dataset, _val_pairs(val_set, cfg.val_items) if rank == 0 else [],
@@ -348,6 +368,8 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
                 "val_pesq_wb_noisy": last.get("val_pesq_noisy"),
                 "train_config": dataclasses.asdict(cfg),
             }
+            if cfg.init:
+                card["init"] = cfg.init
             gen.eval()
             for prec in ("fp32", "int8"):
                 f = out / f"{cfg.model}.{prec}.qsa"
