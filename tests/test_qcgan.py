@@ -235,3 +235,33 @@ def test_packed_file_round_trip_and_int8_streaming(tmp_path, precision):
     assert sqnr > (30.0 if precision == "int8" else 100.0)
     d = q.delay_samples
     assert (_stream(q, x)[:, d:] - yq[:, : x.shape[1] - d]).abs().max() < 1e-4
+
+
+def test_module_moves_and_casts_like_any_torch_module():
+    """.to() / .cpu() / .double() go through nn.Module._apply (a model method of that name
+    once shadowed it and broke them): the float64 model computes what the float32 one does."""
+    import qsa
+
+    m = qsa.load("qcgan-35k").eval()
+    x = 0.1 * torch.randn(1, 4000)
+    with torch.no_grad():
+        y32 = m(x)
+        m64 = m.cpu().to(torch.float64)
+        assert all(p.dtype == torch.float64 for p in m64.parameters())
+        y64 = m64(x.double())
+    assert torch.allclose(y64.float(), y32, atol=1e-4)
+
+
+def test_training_device_is_checked():
+    import pytest
+
+    from qsa.errors import ConfigError
+    from qsa.train.se import TrainConfig, resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(ConfigError, match="device='tpu'"):
+        TrainConfig(device="tpu")
+    if not torch.cuda.is_available():
+        assert resolve_device("auto") == torch.device("cpu")
+        with pytest.raises(ConfigError, match="no CUDA device"):
+            resolve_device("cuda")

@@ -25,6 +25,8 @@ def register(sub) -> None:
     p.add_argument("--val-items", type=int, default=32)
     p.add_argument("--ckpt-every", type=int, default=100)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                   help="auto: CUDA when available (each torchrun rank on its LOCAL_RANK GPU)")
     p.add_argument("--init", default="",
                    help="start from these weights: a packed model file or a shipped model "
                         "name (fine-tuning)")
@@ -44,7 +46,7 @@ def run(args) -> int:
         batch_size=args.batch_size, segment_seconds=args.segment, lr_g=args.lr, lr_d=args.lr_d,
         seed=args.seed, pesq_workers=args.pesq_workers, metric_gan=not args.no_metric_gan,
         metric_start=args.metric_start, val_items=args.val_items, ckpt_every=args.ckpt_every,
-        threads=args.threads, init=args.init,
+        threads=args.threads, init=args.init, device=args.device,
     )
     from pathlib import Path
 

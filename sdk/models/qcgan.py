@@ -453,14 +453,14 @@ class QCGAN(nn.Module):
         return mask, self.complex_decoder(h, skips)  # (B, 2, T, F)
 
     @staticmethod
-    def _apply(mask, res, mag_c, cos, sin):
+    def _apply_heads(mask, res, mag_c, cos, sin):
         """mask and residual on the noisy compressed spectrum -> (re_c, im_c), each (B, T, F)."""
         m = mask * mag_c
         return m * cos + res[:, 0], m * sin + res[:, 1]
 
     def _decode(self, h, skips, mag_c, cos, sin):
         """-> compressed enhanced (re_c, im_c), each (B, T, F)."""
-        return self._apply(*self._heads(h, skips), mag_c, cos, sin)
+        return self._apply_heads(*self._heads(h, skips), mag_c, cos, sin)
 
     def _decompress(self, re_c: torch.Tensor, im_c: torch.Tensor):
         mag_c = torch.sqrt(re_c * re_c + im_c * im_c + _EPS)
@@ -533,7 +533,7 @@ class QCGAN(nn.Module):
     def synthesis(self, mask, res, aux, ola: torch.Tensor):
         """DSP back end: mask + residual on the noisy compressed spectrum, decompression,
         inverse DFT and overlap-add -> (output hop (B, hop), new overlap-add buffer)."""
-        re_c, im_c = self._apply(mask, res, *aux)
+        re_c, im_c = self._apply_heads(mask, res, *aux)
         re_e, im_e = self._decompress(re_c, im_c)
         return self.stft.synthesis_step(re_e, im_e, ola)
 

@@ -33,7 +33,7 @@ def _flatten_optimizer(prefix: str, sd: dict, tensors: dict, meta: dict) -> None
         entry = {}
         for k, v in st.items():
             if torch.is_tensor(v):
-                tensors[f"{prefix}.state.{pid}.{k}"] = v.detach().clone()
+                tensors[f"{prefix}.state.{pid}.{k}"] = v.detach().to("cpu", copy=True)
                 entry[k] = {"tensor": True}
             else:
                 entry[k] = {"value": v}
@@ -55,8 +55,11 @@ def _unflatten_optimizer(prefix: str, tensors: dict, meta: dict) -> dict:
 def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     py = random.getstate()
     np_state = np.random.get_state()
+    t = {"rng.torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        t["rng.cuda"] = torch.cuda.get_rng_state()  # this process's current device
     return (
-        {"rng.torch": torch.get_rng_state()},
+        t,
         {
             "python": [py[0], list(py[1]), py[2]],
             "numpy": [np_state[0], np_state[1].tolist(), *[int(x) for x in np_state[2:4]],
@@ -67,6 +70,8 @@ def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
 
 def set_rng_state(tensors: dict, meta: dict) -> None:
     torch.set_rng_state(tensors["rng.torch"])
+    if "rng.cuda" in tensors and torch.cuda.is_available():
+        torch.cuda.set_rng_state(tensors["rng.cuda"])
     py = meta["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))
     n = meta["numpy"]
@@ -86,7 +91,7 @@ def save_checkpoint(
                             "extra": extra or {}, "modules": sorted(modules)}
     for name, m in modules.items():
         for k, v in m.state_dict().items():
-            tensors[f"module.{name}.{k}"] = v.detach().clone()
+            tensors[f"module.{name}.{k}"] = v.detach().to("cpu", copy=True)
     meta["optimizers"] = sorted(optimizers or {})
     for name, opt in (optimizers or {}).items():
         _flatten_optimizer(f"optim.{name}", opt.state_dict(), tensors, meta)

@@ -59,6 +59,7 @@ class TrainConfig:
     ckpt_every: int = 100
     threads: int = 0  # 0: torch default
     init: str = ""  # start from these weights (a packed model file or a shipped model name)
+    device: str = "auto"  # auto (cuda when available) | cpu | cuda
     version: int = 1
 
     def __post_init__(self):
@@ -68,6 +69,8 @@ class TrainConfig:
             raise ConfigError(f"segment_seconds={self.segment_seconds}; use 0.25..30 s")
         if self.lr_g <= 0 or self.lr_d <= 0:
             raise ConfigError("learning rates must be > 0")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError(f"device={self.device!r}; expected auto, cpu or cuda")
 
 
 def _dist_info() -> tuple[int, int]:
@@ -76,10 +79,24 @@ def _dist_info() -> tuple[int, int]:
     return 0, 1
 
 
-def _init_distributed() -> bool:
+def resolve_device(name: str) -> torch.device:
+    """``auto``: CUDA when available, else the CPU. Under torchrun each rank takes the GPU
+    of its LOCAL_RANK."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ConfigError("--device cuda: this torch sees no CUDA device "
+                          f"(torch {torch.__version__}); use --device cpu or auto")
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    torch.cuda.set_device(dev)
+    return dev
+
+
+def _init_distributed(device: torch.device) -> bool:
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
         return True
     return False
 
@@ -123,12 +140,14 @@ class Trainer:
         self.rank, self.world = _dist_info()
         self.out = Path(cfg.out)
         self.ds, self.val = dataset, val_pairs
-        self.G, self.D, self.losses = generator, discriminator, losses
+        self.device = next(generator.parameters()).device
+        self.G, self.D, self.losses = generator, discriminator.to(self.device), losses
         if self.world > 1:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
-            self.G_ddp = DDP(self.G)
-            self.D_ddp = DDP(self.D)
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.G_ddp = DDP(self.G, device_ids=ids)
+            self.D_ddp = DDP(self.D, device_ids=ids)
         else:
             self.G_ddp, self.D_ddp = self.G, self.D
         self.opt_g = torch.optim.AdamW(self.G.parameters(), cfg.lr_g, betas=(0.8, 0.99),
@@ -189,12 +208,14 @@ class Trainer:
     def step(self, noisy: torch.Tensor, clean: torch.Tensor) -> dict[str, float]:
         self._seed_step()
         L = self.losses
+        noisy_np, clean_np = noisy.numpy(), clean.numpy()  # the batch arrives on the CPU
+        noisy, clean = noisy.to(self.device), clean.to(self.device)
         enh = self.G_ddp(noisy)  # (B, N)
         fut = None
         metric_on = self.cfg.metric_gan and self.state["global_step"] >= self.cfg.metric_start
         if metric_on:
-            fut = self.pool.submit(clean.numpy(), enh.detach().numpy())
-            fut_noisy = self.pool.submit(clean.numpy(), noisy.numpy())
+            fut = self.pool.submit(clean_np, enh.detach().cpu().numpy())
+            fut_noisy = self.pool.submit(clean_np, noisy_np)
         c_spec, e_spec = L.spec(clean), L.spec(enh)  # complex (B, F, T)
         loss_g, parts = L.generator_loss(clean, enh, c_spec, e_spec)
         if metric_on:
@@ -215,8 +236,8 @@ class Trainer:
             p_noisy = np.array(fut_noisy if isinstance(fut_noisy, list) else fut_noisy.result())
             cm, em = L.mag(c_spec).detach(), L.mag(e_spec).detach()
             nm = L.mag(L.spec(noisy)).detach()
-            tgt_e = torch.from_numpy(normalise_pesq(p_enh)).float()
-            tgt_n = torch.from_numpy(normalise_pesq(p_noisy)).float()
+            tgt_e = torch.from_numpy(normalise_pesq(p_enh)).float().to(self.device)
+            tgt_n = torch.from_numpy(normalise_pesq(p_noisy)).float().to(self.device)
             b = cm.shape[0]
             d_all = self.D_ddp(torch.cat([cm, cm, cm]), torch.cat([cm, em, nm]))  # one forward
             d_real, d_enh, d_noisy = d_all[:b], d_all[b : 2 * b], d_all[2 * b :]
@@ -242,7 +263,7 @@ class Trainer:
         self.G.eval()
         refs, degs, noisy_list = [], [], []
         for noisy, clean in self.val[: self.cfg.val_items]:
-            y = self.G(torch.from_numpy(noisy)[None])[0].numpy()
+            y = self.G(torch.from_numpy(noisy)[None].to(self.device))[0].cpu().numpy()
             refs.append(clean)
             degs.append(y)
             noisy_list.append(noisy)
@@ -334,7 +355,8 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
 
     from ..models.discriminator import GeneratorLosses, MetricDiscriminator
 
-    started = _init_distributed()
+    device = resolve_device(cfg.device)
+    started = _init_distributed(device)
     rank, world = _dist_info()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -348,6 +370,7 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
     gen = build_model(preset_config(cfg.model))
     if cfg.init and not resume:
         init_weights(gen, cfg.init)
+    gen = gen.to(device)
     disc = MetricDiscriminator()
     losses = GeneratorLosses()
     trainer = Trainer(cfg, dataset, _val_pairs(val_set, cfg.val_items) if rank == 0 else [],
@@ -370,7 +393,7 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
             }
             if cfg.init:
                 card["init"] = cfg.init
-            gen.eval()
+            gen = gen.cpu().eval()
             for prec in ("fp32", "int8"):
                 f = out / f"{cfg.model}.{prec}.qsa"
                 save_packed(gen, f, precision=prec, card=card)
