@@ -40,12 +40,24 @@ def golden_pesq(model) -> list[float]:
         return out
 
 
+def _corpus_summary(spec: str) -> str:
+    """'synthetic corpus, 3.0 h, seed 0' from a synth:DIR corpus.json, else the spec."""
+    kind, _, path = spec.partition(":")
+    f = Path(path) / "corpus.json"
+    if kind != "synth" or not f.is_file():
+        return spec
+    c = json.loads(f.read_text())
+    return (f"synthetic corpus from `qsa data synth --hours {c.get('hours_requested')} "
+            f"--seed {c.get('seed')}`")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run")
     ap.add_argument("name")
     ap.add_argument("--data", default="synth:data/synth")
     ap.add_argument("--eval-items", type=int, default=40)
+    ap.add_argument("--note", default="", help="a paragraph for the model card")
     args = ap.parse_args()
     torch.set_num_threads(1)
     from qsa.commands.eval import evaluate
@@ -68,16 +80,29 @@ def main() -> None:
               "pesq_wb_int8": golden_pesq(load_packed(int8)), "tolerance": 0.02}
     (dst / f"{args.name}.golden.json").write_text(json.dumps(golden, indent=1) + "\n")
     card = meta["card"]
+    tc = card.get("train_config") or {}
+    corpus = _corpus_summary(card.get("data", ""))
+    recipe = " ".join(
+        [f"qsa train {args.name} --data {card.get('data')}"]
+        + [f"--{flag} {tc[key]}" for flag, key in (
+            ("epochs", "epochs"), ("batch-size", "batch_size"), ("segment", "segment_seconds"),
+            ("lr", "lr_g"), ("lr-d", "lr_d"), ("metric-start", "metric_start"),
+            ("threads", "threads"), ("seed", "seed"), ("init", "init")) if tc.get(key)])
     lines = [
         f"# {args.name}: model card", "",
         f"- Architecture: QC-GAN generator, preset `{args.name}`; files `{args.name}.qsa` (fp32) "
         f"and `{args.name}.int8.qsa` (packed int8)",
-        f"- Training data: `{card.get('data')}` (synthetic corpus from `qsa data synth --hours 1 "
-        "--seed 0`: espeak-ng voices of the train split, generated noise bank, SNR -5..20 dB)",
+        f"- Training data: `{card.get('data')}` ({corpus}: espeak-ng voices of the train split, "
+        "generated noise bank, SNR -5..20 dB)",
         f"- Steps: {card.get('steps')} (epochs {card.get('epochs')}, batch {card.get('batch_size')}"
         f" x {card.get('segment_seconds')} s crops), seed {card.get('seed')}, CPU only",
-        f"- Recipe: `qsa train {args.name} --data synth:data/synth --epochs 12 --batch-size 8 "
-        "--segment 1.5 --lr 1e-3 --metric-start 250 --threads 1`",
+        f"- Recipe: `{recipe}`",
+    ]
+    if card.get("init"):
+        lines.append(f"- Started from the weights of `{card['init']}` (`--init`)")
+    if args.note:
+        lines += ["", args.note]
+    lines += [
         "", f"## Synthetic test split ({len(subset)} utterances, held-out voices and noise seeds)",
         "", "| | PESQ-WB | PESQ-NB | STOI | SI-SDR | CSIG | CBAK | COVL |",
         "|---|---|---|---|---|---|---|---|",
