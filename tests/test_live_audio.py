@@ -384,8 +384,9 @@ def test_sigint_leaves_a_valid_recording(pulse, enhancer, tmp_path):
     app = subprocess.Popen(
         [sys.executable, "-m", "qsa.cli", "live", "--model", enhancer.model, "-i", "pulse",
          "-o", "pulse", "--input-file", str(src), "--record", str(rec), "--json-stats"],
-        env=pulse.env_for("speaker", "speaker.monitor"), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
+        # faulthandler: SIGABRT makes the app print every thread's stack (see below)
+        env={**pulse.env_for("speaker", "speaker.monitor"), "PYTHONFAULTHANDLER": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
@@ -396,7 +397,14 @@ def test_sigint_leaves_a_valid_recording(pulse, enhancer, tmp_path):
         mid = sf.read(rec, dtype="float32")[0]
         assert len(mid) > SR
         app.send_signal(signal.SIGINT)
-        out, err = app.communicate(timeout=30)
+        try:
+            out, err = app.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            # seen once in CI on a loaded machine (12-03): say where every thread was
+            app.send_signal(signal.SIGABRT)
+            out, err = app.communicate(timeout=15)
+            pytest.fail("qsa live did not exit within 30 s of SIGINT; its threads at SIGABRT:"
+                        f"\n{err[-8000:]}\nlast stats: {out[-1500:]}")
     finally:
         app.kill()
     assert app.returncode == 0, err
