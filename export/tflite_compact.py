@@ -8,6 +8,7 @@ interpreter needs (the graph is unchanged: same operators, tensors, buffers and 
 
 * tensor names, the description and the signature table are dropped (``strip_strings``);
 * quantisation tables without scales are dropped;
+* tensors without constant data share buffer 0 (one empty table instead of one each);
 * the writer stores each distinct vector (shapes, operator inputs/outputs, scales, zero
   points) and each distinct table (quantisation parameters, builtin options) once and points
   every user at it (FlatBuffers offsets may be shared; the TFLite verifier accepts it).
@@ -146,5 +147,37 @@ def compact_tflite(data: bytes, strip_strings: bool = True) -> tuple[bytes, dict
             q = t.quantization
             if q is not None and _qkey(q) is None and q.min is None and q.details is None:
                 t.quantization = None
+    _share_empty_buffers(model)
     out = _pack_dedup(S, model)
     return out, {"before": before, "after": _counts(model, len(out))}
+
+
+def _share_empty_buffers(model) -> None:
+    """Point every tensor without constant data at buffer 0 (TFLite's empty sentinel) and
+    drop the other empty buffers: converters write one empty Buffer table per activation
+    (qcgan-35k int8: 745 buffers, 193 with data, ~7 KB of empty tables)."""
+    bufs = model.buffers or []
+    if not bufs:
+        return
+
+    def empty(b) -> bool:
+        return (b.data is None or len(b.data) == 0) and not getattr(b, "offset", 0)
+
+    if not empty(bufs[0]):
+        return  # not the usual layout: leave it alone
+    new, index = [bufs[0]], {}
+
+    def remap(i: int) -> int:
+        if i < 0 or i >= len(bufs) or empty(bufs[i]):
+            return 0 if 0 <= i < len(bufs) else i
+        if i not in index:
+            index[i] = len(new)
+            new.append(bufs[i])
+        return index[i]
+
+    for sg in model.subgraphs:
+        for t in sg.tensors:
+            t.buffer = remap(t.buffer)
+    for md in model.metadata or []:
+        md.buffer = remap(md.buffer)
+    model.buffers = new
