@@ -77,7 +77,7 @@ def test_metrics_monotone_in_snr(speech):
         want = composite_from_terms(r["llr"], r["wss"], r["segsnr"], r["pesq_wb"])
         for name in ("csig", "cbak", "covl"):
             assert r[name] == pytest.approx(want[name], abs=1e-9), name
-            assert 1.0 <= r[name] < 5.0
+            assert r[name] < 5.0, (name, r[name])  # below the clip: the regression shows
 
 
 def test_composite_regressions():
