@@ -168,8 +168,10 @@ def _share_empty_buffers(model) -> None:
     new, index = [bufs[0]], {}
 
     def remap(i: int) -> int:
-        if i < 0 or i >= len(bufs) or empty(bufs[i]):
-            return 0 if 0 <= i < len(bufs) else i
+        if not 0 <= i < len(bufs):
+            return i  # an invalid index stays invalid: the runtime's verifier reports it
+        if empty(bufs[i]):
+            return 0
         if i not in index:
             index[i] = len(new)
             new.append(bufs[i])
