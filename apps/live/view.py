@@ -7,7 +7,9 @@ import contextlib
 import json
 import os
 import select
+import signal
 import sys
+import threading
 import time
 
 from .engine import LiveSession
@@ -87,11 +89,45 @@ def _keys():
         termios.tcsetattr(fd, termios.TCSADRAIN, old)
 
 
-def run_session(session: LiveSession, json_stats: bool = False, interval: float = 1.0) -> dict:
-    """Start ``session`` and show it until done, 'q', Ctrl-C or a device error (raised as
-    QsaError after everything is saved). Returns the final statistics."""
-    session.start()
+@contextlib.contextmanager
+def _stop_on_signals():
+    """SIGINT (Ctrl-C) and SIGTERM (``kill``, a service manager) stop the session the same
+    way: save, report, exit 0. Installed explicitly because a process started in the
+    background by a shell (``cmd &``) inherits SIGINT *ignored*, and Python then never
+    installs its KeyboardInterrupt handler: such a session would not stop on SIGINT at all.
+    The previous handlers come back afterwards. Only the main thread may set handlers; from
+    another thread this does nothing (stop with ``session.close()``). Only the first signal
+    interrupts: a second Ctrl-C while the recording is being finalised is ignored, so it
+    cannot cut the WAV short (closing is bounded: ``LiveSession.close``)."""
+    stopping: list = []  # non-empty: stopping already, further signals are ignored
+    if threading.current_thread() is not threading.main_thread():
+        yield stopping
+        return
+
+    def stop(signum, frame):
+        if not stopping:
+            stopping.append(signum)
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        yield stopping
+    finally:
+        for s, h in old.items():
+            if h is not None:  # None: a handler set outside Python, which cannot be restored
+                signal.signal(s, h)
+
+
+def run_session(session: LiveSession, json_stats: bool = False, interval: float = 1.0) -> dict:
+    """Start ``session`` and show it until done, 'q', Ctrl-C / SIGTERM or a device error
+    (raised as QsaError after everything is saved). Returns the final statistics."""
+    with _stop_on_signals() as stopping:
+        return _run(session, json_stats, interval, stopping)
+
+
+def _run(session: LiveSession, json_stats: bool, interval: float, stopping: list) -> dict:
+    try:
+        session.start()
         if json_stats:
             next_t = time.monotonic() + interval
             while not session.done:
@@ -114,8 +150,9 @@ def run_session(session: LiveSession, json_stats: bool = False, interval: float 
                         break
                     live.update(render(session.stats()))
     except KeyboardInterrupt:
-        pass  # Ctrl-C is how a live session is stopped: save and report below
+        pass  # Ctrl-C / SIGTERM is how a live session is stopped: save and report below
     finally:
+        stopping.append("closing")  # a signal from here on must not cut the saving short
         session.close()
     final = session.stats()
     final["final"] = True
