@@ -26,8 +26,8 @@ def register(subparsers) -> None:
         help="enhance the microphone live (duplex audio stream, terminal view)",
         description=(
             "Enhance the microphone (or --input-file played as one) in real time and play the "
-            "result; b toggles bypass, q, Ctrl-C or SIGTERM stops. Devices sample rates other than the "
-            "model's 16 kHz are resampled (soxr) in the stream."
+            "result; b toggles bypass, q, Ctrl-C or SIGTERM stops. Devices sample rates other "
+            "than the model's 16 kHz are resampled (soxr) in the stream."
         ),
     )
     p.add_argument("-l", "--list-devices", action="store_true", help="list audio devices, exit")
