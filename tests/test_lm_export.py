@@ -89,3 +89,23 @@ def test_cli_export_and_profile(tmp_path):
         assert prof["stats"]["num_generated_tokens"] == 16
         assert "| tg16 |" in (tmp_path / runtime / "profile.md").read_text()
     assert prof["op_breakdown"]  # torch profiler rows on the torch runtime
+
+
+@pytest.mark.slow
+def test_an_artifact_that_fails_verification_is_marked_and_not_profiled(tmp_path, monkeypatch):
+    """The real runtime runs the real artifact; only the tolerance is made impossible. Like
+    `qsa export`, the artifact stays for inspection, its JSON says verified: false, and
+    `qsa lm profile` refuses it."""
+    from qsa.errors import QsaError
+    from qsa.lm import export as ex
+    from qsa.lm.profile import profile
+
+    monkeypatch.setitem(ex.TOLERANCE, "fp32", -1.0)
+    with pytest.raises(ExportError, match="kept for inspection.*do not deploy"):
+        export_lm(tiny("transformer"), "executorch", tmp_path, "fp32", prefill_len=16,
+                  cache_len=48, verify_steps=4)
+    meta = json.loads((tmp_path / "lm-transformer-fp32.json").read_text())
+    assert meta["verified"] is False and "differs from eager" in meta["error"]
+    assert (tmp_path / "lm-transformer-fp32.pte").exists()
+    with pytest.raises(QsaError, match="failed its verification"):
+        profile(str(tmp_path), runtime="executorch", pp=16, tg=4, reps=1)

@@ -270,10 +270,19 @@ def export_lm(model: CausalLM, target: str, out: str | os.PathLike, precision: s
     else:
         lower_litert(pre, dec, pre_args, dec_args, path)
     export_s = time.perf_counter() - t0
-    report = verify(Runner(path), pre, dec, m, prefill_len, cache_len, verify_steps, precision)
     from ..config import config_to_dict
 
     cache = model.init_cache(1, cache_len)
+    try:
+        report = verify(Runner(path), pre, dec, m, prefill_len, cache_len, verify_steps,
+                        precision)
+    except ExportError as e:
+        # like `qsa export`: the artifact stays for inspection, and its JSON says it failed
+        meta = {"artifact": path.name, "target": target, "precision": precision,
+                "verified": False, "error": str(e)}
+        atomic_write_text(out / f"{name}.json", json.dumps(meta, indent=1) + "\n")
+        raise ExportError(f"{e}; the artifact is kept for inspection ({name}.json says "
+                          "verified: false): do not deploy it") from None
     meta = {
         "artifact": path.name, "target": target, "precision": precision, "bytes":
         path.stat().st_size, "params": model.num_params(), "config": config_to_dict(
@@ -281,7 +290,7 @@ def export_lm(model: CausalLM, target: str, out: str | os.PathLike, precision: s
         "cache_shapes": [list(c.shape) for c in cache], "export_seconds": export_s,
         "methods": {"prefill": "tokens (1,P) int32, *cache -> logits (1,P,256), *cache",
                     "decode": "token (1,1) int32, pos (1,) int32, *cache -> logits, *cache"},
-        "verification": report,
+        "verified": True, "verification": report,
     }
     atomic_write_text(out / f"{name}.json", json.dumps(meta, indent=1) + "\n")
     return meta

@@ -137,6 +137,9 @@ def resolve(artifact: str, runtime: str, size: str, overrides: dict, work: Path)
     if not meta_path.exists():
         raise QsaError(f"{meta_path} missing: profile artifacts written by `qsa lm export`")
     meta = json.loads(meta_path.read_text())
+    if meta.get("verified") is False:
+        raise QsaError(f"{p} failed its verification at export ({meta.get('error', '?')}); "
+                       "its numbers would not describe a working model: re-export it")
     from ..config import config_from_dict
 
     model = CausalLM(config_from_dict(meta["config"]))  # shapes only: weights are in p
