@@ -109,3 +109,34 @@ def test_an_artifact_that_fails_verification_is_marked_and_not_profiled(tmp_path
     assert (tmp_path / "lm-transformer-fp32.pte").exists()
     with pytest.raises(QsaError, match="failed its verification"):
         profile(str(tmp_path), runtime="executorch", pp=16, tg=4, reps=1)
+
+
+def test_verification_follows_eager_path_and_excuses_only_near_ties():
+    """verify() feeds the artifact eager's greedy tokens (each side on its own cache). Here
+    the 'artifact' is a real second model on the torch runtime: the same weights with 1%
+    noise (int8-like rounding) passes the int8 check but not fp32's; a different model fails
+    both."""
+    import copy
+
+    from qsa.lm import export as ex
+    from qsa.lm.profile import TorchRunner
+
+    model = prepare(tiny("transformer")).eval()
+    pre, dec = ex.Prefill(model).eval(), ex.Decode(model).eval()
+    noisy = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in noisy.parameters():
+            p.add_(0.01 * p.std() * torch.randn(p.shape, generator=g))
+    runner = TorchRunner(noisy, threads=1)
+    runner.path = "noisy-model"
+    rep = ex.verify(runner, pre, dec, model, 16, 48, 32, "int8")
+    assert rep["tokens_matching"] + rep["near_tie_flips"] == 32
+    assert 1e-3 < rep["max_rel_logit_error"] <= 0.05
+    with pytest.raises(ExportError, match="differs from eager"):
+        ex.verify(runner, pre, dec, model, 16, 48, 32, "fp32")
+    torch.manual_seed(1)  # other weights altogether
+    other = TorchRunner(prepare(CausalLM(lm_config("transformer", "1m", **TINY))).eval(), 1)
+    other.path = "other-model"
+    with pytest.raises(ExportError, match="differs from eager"):
+        ex.verify(other, pre, dec, model, 16, 48, 32, "int8")

@@ -5,8 +5,10 @@ Stages (each a function): ``prepare`` (a frozen, export-friendly copy: Kuramoto 
 folded to constants, quaternion projections expanded to their equal dense Linear) ->
 ``export_programs`` (torch.export of the two methods, PT2E int8 when asked) -> ``lower`` (to a
 .pte with methods "prefill" and "decode", or a .tflite with those two signatures) ->
-``verify`` (runs the artifact: prefill logits and 64 greedy decode steps must match eager
-PyTorch - the same tokens, logits within the tolerance of the precision - or it raises).
+``verify`` (runs the artifact along eager PyTorch's 64-step greedy path, each runtime on its
+own cache: every logit within the tolerance of the precision and the same greedy token at
+every step, or it raises; int8 may pick another token only where eager's top two logits are
+closer than the logit error, a tie that rounding decides).
 
 Method signatures (inputs int32 tokens / position, float32 caches; ``cache`` = the tuple of
 ``model.init_cache(1, cache_len)``, per layer: transformer/circuits/quaternion K and V,
@@ -224,24 +226,58 @@ class Runner:
         return self._call(self._dec, args)
 
 
+def forced(prefill_fn, decode_fn, prompt: torch.Tensor, cache, tokens: list[int]):
+    """Logits of prefill + decode steps that feed ``tokens`` (teacher forcing along a given
+    path; the runtime keeps its own cache): one (1, 256) row per step."""
+    out = prefill_fn(prompt, *cache)
+    logits, cache = out[0], tuple(out[1:])
+    n = prompt.shape[1]
+    rows = [logits[:, -1]]
+    for i, t in enumerate(tokens[:-1]):
+        out = decode_fn(torch.tensor([[t]], dtype=torch.int32),
+                        torch.tensor([n + i], dtype=torch.int32), *cache)
+        logits, cache = out[0], tuple(out[1:])
+        rows.append(logits[:, -1])
+    return rows
+
+
 def verify(runner: Runner, pre, dec, model: CausalLM, prefill_len: int, cache_len: int,
            steps: int, precision: str) -> dict:
-    """Greedy tokens over ``steps`` and logits of artifact vs eager; raises on mismatch."""
+    """The artifact along eager's greedy path (each on its own cache): logits within the
+    tolerance and the same greedy token at every step; raises otherwise.
+
+    Comparing two free-running greedy decodes instead would fail any int8 model at the first
+    near-tie: once one token differs, the two continue different texts. So the artifact is
+    fed eager's tokens. A different argmax counts as a mismatch unless eager's top-two margin
+    there is within the measured logit error (int8 only: fp32 must agree everywhere). The
+    free-running agreement is reported too (``free_running_tokens_matching``)."""
     prompt = calibration_prompts(1, prefill_len, seed=123)[0]
     with torch.no_grad():
         ref_tok, ref_logits = greedy(pre, dec, prompt, model.init_cache(1, cache_len), steps)
-    got_tok, got_logits = greedy(runner.prefill, runner.decode, prompt,
-                                 model.init_cache(1, cache_len), steps)
+    got_logits = forced(runner.prefill, runner.decode, prompt, model.init_cache(1, cache_len),
+                        ref_tok)
+    free_tok, _ = greedy(runner.prefill, runner.decode, prompt,
+                         model.init_cache(1, cache_len), steps)
     scale = max(float(r.abs().max()) for r in ref_logits)
-    pairs = zip(got_logits, ref_logits, strict=True)
-    err = max(float((g - r).abs().max()) for g, r in pairs) / scale
-    same = sum(a == b for a, b in zip(ref_tok, got_tok, strict=True))
+    diffs = [float((g - r).abs().max()) for g, r in zip(got_logits, ref_logits, strict=True)]
+    err = max(diffs) / scale
+    same, ties = 0, 0
+    for r, g, d, t in zip(ref_logits, got_logits, diffs, ref_tok, strict=True):
+        pick = int(g.argmax(-1))
+        if pick == t:
+            same += 1
+        elif precision != "fp32" and float(r[0, t] - r[0, pick]) <= 2 * d:
+            ties += 1  # eager's own margin is within the rounding error: a tie
     report = {"steps": steps, "greedy_tokens_equal": same == steps, "tokens_matching": same,
-              "max_rel_logit_error": err, "tolerance": TOLERANCE[precision]}
-    if same != steps or err > TOLERANCE[precision]:
+              "near_tie_flips": ties, "max_rel_logit_error": err,
+              "tolerance": TOLERANCE[precision],
+              "free_running_tokens_matching": sum(
+                  a == b for a, b in zip(ref_tok, free_tok, strict=True))}
+    if same + ties != steps or err > TOLERANCE[precision]:
         raise ExportError(
-            f"{runner.path}: artifact differs from eager PyTorch: {same}/{steps} greedy tokens "
-            f"equal, max relative logit error {err:.3g} (tolerance {TOLERANCE[precision]})"
+            f"{runner.path}: artifact differs from eager PyTorch along its greedy path: "
+            f"{same}/{steps} greedy tokens equal ({ties} near-tie flips), max relative logit "
+            f"error {err:.3g} (tolerance {TOLERANCE[precision]})"
         )
     return report
 
@@ -310,6 +346,8 @@ def export_cli(args) -> int:
                      args.cache_len, args.verify_steps)
     v = meta["verification"]
     print(f"wrote {Path(args.out) / meta['artifact']} ({meta['bytes']} bytes); verified: "
-          f"{v['tokens_matching']}/{v['steps']} greedy tokens equal, max rel logit error "
+          f"{v['tokens_matching']}/{v['steps']} greedy tokens equal along eager's path"
+          + (f" ({v['near_tie_flips']} near-tie flips)" if v["near_tie_flips"] else "")
+          + f", max rel logit error "
           f"{v['max_rel_logit_error']:.2e}")
     return 0
