@@ -87,6 +87,11 @@ def test_cli_export_and_profile(tmp_path):
         for key in ("load_ms", "ttft_ms", "peak_rss_mb", "bytes", "params", "threads"):
             assert prof[key] > 0
         assert prof["stats"]["num_generated_tokens"] == 16
+        ops = prof["op_breakdown"]
+        assert ops and all(o["calls"] > 0 and o["self_ms"] >= 0 for o in ops)
+        if runtime == "executorch":  # the runtime's own ETDump, XNNPACK's operators inside
+            assert prof["op_breakdown_source"] == "ETDump"
+            assert any("Fully Connected" in o["op"] for o in ops), ops
         assert "| tg16 |" in (tmp_path / runtime / "profile.md").read_text()
     assert prof["op_breakdown"]  # torch profiler rows on the torch runtime
 

@@ -3,9 +3,9 @@
 Rows: ``ppP`` (one prefill call of P prompt tokens) and ``tgN`` (N single-token decode steps
 after a prefill), tokens/s mean +- std over ``reps`` repetitions after warm-up. Also: load
 time, time to first token (prefill + first argmax), peak RSS of the process, artifact bytes,
-params, threads, backend, dtype, a per-operator breakdown (torch profiler on the torch runtime;
-the pip ExecuTorch / LiteRT runtimes expose no per-operator timings, so the ExecuTorch rows
-list the delegated / non-delegated operator counts instead, where known), and a ``stats``
+params, threads, backend, dtype, a per-operator breakdown of decode (the torch profiler on the
+torch runtime; ExecuTorch's own ETDump read by its Inspector, XNNPACK's per-operator events
+included; none for LiteRT, whose Python interpreter has no op profiler), and a ``stats``
 block with the field names of the ExecuTorch LLM runner's Stats (times in ms).
 """
 
@@ -105,6 +105,62 @@ def _torch_op_breakdown(runner: TorchRunner, model: CausalLM, top: int = 12) -> 
     return rows
 
 
+_ETDUMP_WRAPPERS = {"Method::execute", "DELEGATE_CALL", "OPERATOR_CALL", "Method::init",
+                    "Program::load_method"}
+
+
+def _executorch_op_breakdown(path: Path, model: CausalLM, threads: int, steps: int = 16,
+                             top: int = 12) -> list[dict]:
+    """Per-operator time of ``steps`` decode steps from the runtime's own ETDump, read with
+    the ExecuTorch Inspector: XNNPACK's per-operator events inside the delegate (e.g. "Fully
+    Connected (NC, F32) GEMM") and the portable kernels outside it ("native_call_..."),
+    grouped by operator kind. A second program instance with ETDump enabled, so the timed
+    rows above are not instrumented. [] when the runtime was built without ETDump."""
+    import re
+
+    import executorch.extension.pybindings.portable_lib as pl
+
+    try:
+        from executorch.devtools import Inspector
+    except ImportError:
+        return []
+    if threads:
+        pl._unsafe_reset_threadpool(threads)
+    m = pl._load_for_executorch(str(path), enable_etdump=True)
+    if not m.has_etdump():
+        return []
+    # decode steps only (a decode step's cost does not depend on the cache's values): every
+    # event in the dump is then a decode event, one time per step in perf_data.raw
+    cache = model.init_cache(1, model.config.max_seq_len)
+    tok = torch.zeros(1, 1, dtype=torch.int32)
+    for i in range(steps):
+        out = m.run_method("decode", (tok, torch.tensor([i], dtype=torch.int32), *cache))
+        cache, tok = tuple(out[1:]), out[0][:, -1:].argmax(-1).to(torch.int32)
+    with tempfile.TemporaryDirectory() as tmp:
+        dump = Path(tmp) / "decode.etdp"
+        m.write_etdump_result_to_file(str(dump))
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "no ETRecord": names come from the ETDump
+            inspector = Inspector(etdump_path=str(dump))
+    total: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    for block in inspector.event_blocks:
+        if block.name != "Execute":
+            continue
+        for e in block.events:
+            if e.perf_data is None or e.name in _ETDUMP_WRAPPERS:
+                continue
+            kind = re.sub(r"\s*#\d+$", "", e.name)
+            raw = list(e.perf_data.raw)  # ms, one per decode step
+            total[kind] = total.get(kind, 0.0) + sum(raw)
+            calls[kind] = calls.get(kind, 0) + len(raw)
+    rows = [{"op": k, "calls": calls[k], "self_ms": v}
+            for k, v in sorted(total.items(), key=lambda kv: -kv[1])[:top]]
+    return rows
+
+
 def resolve(artifact: str, runtime: str, size: str, overrides: dict, work: Path):
     """(runner, model, artifact path or None, dtype) for an artifact, model file or mixer."""
     from .train import load_model
@@ -165,7 +221,12 @@ def profile(artifact: str, runtime: str = "torch", size: str = "1m", pp: int = 6
         load_s = runner.load_seconds + (t_res if runtime == "torch" else 0.0)
         t_inf0 = time.perf_counter()
         pp_t, tg_t, pp_tps, tg_tps = profile_runner(runner, model, pp, tg, reps)
-        ops = _torch_op_breakdown(runner, model) if runtime == "torch" else []
+        if runtime == "torch":
+            ops, ops_source = _torch_op_breakdown(runner, model), "torch profiler"
+        elif runtime == "executorch":
+            ops, ops_source = _executorch_op_breakdown(path, model, threads), "ETDump"
+        else:
+            ops, ops_source = [], None  # the LiteRT Python interpreter has no op profiler
         nbytes = path.stat().st_size if path else model.num_params() * 4
     name = f"lm-{model.config.mixer}"
     base = {"model": name, "params": model.num_params(), "bytes": nbytes, "dtype": dtype,
@@ -187,7 +248,8 @@ def profile(artifact: str, runtime: str = "torch", size: str = "1m", pp: int = 6
     }
     result = {**base, "runtime": runtime, "artifact": str(path) if path else None,
               "load_ms": load_s * 1e3, "ttft_ms": ttft_ms, "peak_rss_mb": _peak_rss_mb(),
-              "rows": rows, "stats": stats, "op_breakdown": ops}
+              "rows": rows, "stats": stats, "op_breakdown": ops,
+              "op_breakdown_source": ops_source}
     if out:
         out = Path(out)
         atomic_write_text(out / "profile.json", json.dumps(result, indent=1) + "\n")
@@ -206,7 +268,8 @@ def markdown(results: list[dict]) -> str:
                 f"{row['tokens_per_s_std']:.1f} | {r['load_ms']:.1f} | {r['ttft_ms']:.2f} | "
                 f"{r['peak_rss_mb']:.0f} |")
     if results and results[0].get("op_breakdown"):
-        lines += ["", "| op (torch profiler, 16 decode steps) | calls | self ms |",
+        src = results[0].get("op_breakdown_source") or "torch profiler"
+        lines += ["", f"| op ({src}, 16 decode steps) | calls | self ms |",
                   "|---|---|---|"]
         for o in results[0]["op_breakdown"]:
             lines.append(f"| {o['op']} | {o['calls']} | {o['self_ms']:.2f} |")
