@@ -225,3 +225,22 @@ def test_live_view_renders_the_figures():
     text = console.export_text()
     for s in ("BYPASS", "18.5 dB", "p99 1.100 ms", "89.9 ms", "0 / 2", "mic -> speaker"):
         assert s in text, (s, text)
+
+
+def test_export_cache_key_follows_the_weights(tmp_path):
+    """The live app exports a model once per runtime into a cache; the key hashes the weights,
+    config and qsa version, so new shipped weights (or a retrained file) are re-exported,
+    never served from an artifact of the old ones."""
+    import torch
+
+    from qsa.apps.live.processors import _model_key
+    from qsa.apps.live.reference import QuaternionLowpass
+
+    a, b = QuaternionLowpass(), QuaternionLowpass()
+    assert _model_key("reference-lowpass", a) == _model_key("reference-lowpass", b)
+    with torch.no_grad():
+        b.conv.weight[0, 0, 0, 0] += 1e-3  # one tap, slightly retrained
+    assert _model_key("reference-lowpass", a) != _model_key("reference-lowpass", b)
+    c = QuaternionLowpass(cutoff_hz=3000.0)  # another filter altogether
+    assert _model_key("reference-lowpass", a) != _model_key("reference-lowpass", c)
+    assert _model_key("reference-lowpass", a).startswith("reference-lowpass-")

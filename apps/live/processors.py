@@ -202,12 +202,20 @@ def _cache_root() -> Path:
     return Path(base) / "qsa" / "live"
 
 
-def _model_key(model: str) -> str:
-    p = Path(model)
-    if p.is_file():
-        h = hashlib.sha256(p.read_bytes()).hexdigest()[:12]
-        return f"{p.stem}-{h}"
-    return model.replace("/", "_")
+def _model_key(model: str, module) -> str:
+    """Cache key of an export: the model's name plus a hash of what determines the artifact,
+    the weights and config (the module's state) and the qsa version (the exporters). A new
+    release's shipped weights or exporter never reuse an artifact exported before."""
+    import qsa
+
+    h = hashlib.sha256(qsa.__version__.encode())
+    cfg = getattr(module, "config", None)
+    h.update(repr(cfg).encode())
+    for k, v in module.state_dict().items():
+        h.update(k.encode())
+        h.update(v.detach().cpu().contiguous().numpy().tobytes())
+    stem = Path(model).stem if Path(model).is_file() else model.replace("/", "_")
+    return f"{stem}-{h.hexdigest()[:12]}"
 
 
 def _load_module(model: str):
@@ -253,7 +261,8 @@ def load_processor(
         from qsa.export import export_model
     except ImportError as e:
         raise QsaError(f"--runtime {runtime} needs the qsa.export stack ({e})") from None
-    out_dir = Path(cache_dir or _cache_root()) / f"{_model_key(model)}-{runtime}-{precision}"
+    key = _model_key(model, module)
+    out_dir = Path(cache_dir or _cache_root()) / f"{key}-{runtime}-{precision}"
     from qsa.export.exporters import ARTIFACT_NAMES
 
     artifact = out_dir / ARTIFACT_NAMES[runtime]
