@@ -272,3 +272,4 @@ def xnnpack_quantizer():
     )
 
     return XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+

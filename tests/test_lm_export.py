@@ -56,6 +56,21 @@ def test_executorch_int8_and_litert_fp32(tmp_path):
 
 
 @pytest.mark.slow
+def test_litert_fp32_and_int8_for_collapsed_circuits(tmp_path):
+    """The collapsed QK circuit (one key head shared by all query heads) converts to LiteRT
+    (its scores used to become a rank-4 BATCH_MATMUL the converter rejected), and LiteRT int8
+    (dynamic-range int8 weights) is smaller than fp32 and verified against the fp32 model."""
+    fp = export_lm(tiny("circuits"), "litert", tmp_path / "f", "fp32", prefill_len=16,
+                   cache_len=48, verify_steps=32)
+    q = export_lm(tiny("circuits"), "litert", tmp_path / "q", "int8", prefill_len=16,
+                  cache_len=48, verify_steps=32)
+    assert fp["verification"]["greedy_tokens_equal"]
+    v = q["verification"]
+    assert v["tokens_matching"] + v["near_tie_flips"] == 32 and v["max_rel_logit_error"] <= 0.05
+    assert q["bytes"] < 0.8 * fp["bytes"]
+
+
+@pytest.mark.slow
 def test_verification_fails_loudly_on_a_wrong_artifact(tmp_path):
     from qsa.lm import export as ex
 

@@ -1,6 +1,11 @@
 """Export of the byte LMs for on-device decoding: prefill + single-token decode with a
 static-shape cache, to ExecuTorch (XNNPACK) or LiteRT, fp32 or int8, verified against eager.
 
+int8: ExecuTorch takes PT2E static int8 (XNNPACK quantizer, per-channel weights, calibrated on
+corpus prompts; verified against the converted PT2E model). LiteRT takes its dynamic-range
+recipe for LMs (int8 per-channel weights of every FULLY_CONNECTED and the embedding, activations
+quantised inside those kernels; verified against the fp32 model).
+
 Stages (each a function): ``prepare`` (a frozen, export-friendly copy: Kuramoto step sizes
 folded to constants, quaternion projections expanded to their equal dense Linear) ->
 ``export_programs`` (torch.export of the two methods, PT2E int8 when asked) -> ``lower`` (to a
@@ -135,32 +140,24 @@ def export_programs(model: CausalLM, precision: str, prefill_len: int, cache_len
     """(prefill module, decode module, reference callables) ready for the lowering step."""
     pre_args, dec_args = example_inputs(model, prefill_len, cache_len)
     pre, dec = Prefill(model).eval(), Decode(model).eval()
-    if precision == "fp32":
+    if precision == "fp32" or target == "litert":
+        # LiteRT int8 is quantised after conversion (``lower_litert``): the reference stays
+        # the fp32 model
         return pre, dec, pre_args, dec_args
+    # ExecuTorch: PT2E static int8 with the XNNPACK quantizer, calibrated on corpus prompts
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    if target == "executorch":
-        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-            XNNPACKQuantizer,
-            get_symmetric_quantization_config,
-        )
-
-        quantizer = XNNPACKQuantizer().set_global(
-            get_symmetric_quantization_config(is_per_channel=True))
-    else:
-        from litert_torch.quantize.pt2e_quantizer import (
-            PT2EQuantizer,
-            get_symmetric_quantization_config,
-        )
-
-        quantizer = PT2EQuantizer().set_global(
-            get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False))
+    quantizer = XNNPACKQuantizer().set_global(
+        get_symmetric_quantization_config(is_per_channel=True))
     pp = prepare_pt2e(torch.export.export(pre, pre_args).module(), quantizer)
     dp = prepare_pt2e(torch.export.export(dec, dec_args).module(), quantizer)
     for prompt in calibration_prompts(4, prefill_len):
         greedy(pp, dp, prompt, model.init_cache(1, cache_len), 16)
-    fold = {} if target == "executorch" else {"fold_quantize": False}
-    return convert_pt2e(pp, **fold), convert_pt2e(dp, **fold), pre_args, dec_args
+    return convert_pt2e(pp), convert_pt2e(dp), pre_args, dec_args
 
 
 def lower_executorch(pre, dec, pre_args, dec_args, path: Path) -> None:
@@ -173,14 +170,33 @@ def lower_executorch(pre, dec, pre_args, dec_args, path: Path) -> None:
     atomic_write_bytes(path, prog.buffer)
 
 
-def lower_litert(pre, dec, pre_args, dec_args, path: Path, quantizer=None) -> None:
+def lower_litert(pre, dec, pre_args, dec_args, path: Path, precision: str = "fp32") -> None:
+    """One .tflite with "prefill" and "decode" signatures. int8 is LiteRT's dynamic-range
+    recipe for LMs (ai-edge-quantizer ``dynamic_wi8_afp32``): int8 per-channel weights,
+    activations quantised on the fly inside the matmul kernels, the rest (RoPE, RMSNorm,
+    the additive mask, the cache writes) float. A static int8 graph does not convert here:
+    the converter rejects quantised TRANSPOSE / ONE_HOT / BATCH_MATMUL forms of these graphs."""
     import litert_torch
 
     conv = litert_torch.signature("prefill", pre, pre_args).signature("decode", dec, dec_args)
     edge = conv.convert()
     tmp = path.with_name(path.name + ".tmp")
-    edge.export(str(tmp))
-    os.replace(tmp, path)
+    try:
+        edge.export(str(tmp))
+        if precision == "int8":
+            from ai_edge_quantizer import Quantizer, recipe
+
+            # the weight matmuls only: a BATCH_MATMUL with a constant operand (the cache
+            # writes, RMSNorm's mean) would get an int8 lhs, which LiteRT's hybrid kernel
+            # does not take (float lhs x int8 rhs only)
+            rec = [dict(r, operation="FULLY_CONNECTED") for r in recipe.dynamic_wi8_afp32()]
+            rec += [dict(r, operation="EMBEDDING_LOOKUP") for r in recipe.dynamic_wi8_afp32()]
+            qt = Quantizer(tmp.read_bytes())
+            qt.load_quantization_recipe(rec)
+            tmp.write_bytes(bytes(qt.quantize().quantized_model))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 class Runner:
@@ -304,7 +320,7 @@ def export_lm(model: CausalLM, target: str, out: str | os.PathLike, precision: s
     if target == "executorch":
         lower_executorch(pre, dec, pre_args, dec_args, path)
     else:
-        lower_litert(pre, dec, pre_args, dec_args, path)
+        lower_litert(pre, dec, pre_args, dec_args, path, precision)
     export_s = time.perf_counter() - t0
     from ..config import config_to_dict
 

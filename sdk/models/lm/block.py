@@ -196,9 +196,22 @@ def bmm4(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.bmm(a.reshape(bsz * ha, m, k), b.reshape(bsz * ha, k, n)).view(bsz, ha, m, n)
 
 
+def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """q (B, H, Tq, D) . k (B, H|1, Tk, D) -> (B, H, Tq, Tk). One key head shared by all
+    query heads (the collapsed QK circuit) is computed as k @ q^T then transposed: the LiteRT
+    converter folds the q @ k^T form's reshapes into a rank-4 BATCH_MATMUL it then rejects
+    ("invalid output rank, expected 3 but got 4")."""
+    bsz, h, m, d = q.shape
+    if k.shape[1] == 1 and h > 1:
+        n = k.shape[2]
+        r = torch.bmm(k.reshape(bsz, n, d), q.reshape(bsz, h * m, d).transpose(1, 2))
+        return r.transpose(1, 2).reshape(bsz, h, m, n)  # (B, N, H Tq) -> (B, H, Tq, N)
+    return bmm4(q, k.transpose(-1, -2))
+
+
 def attention(q, k, v, mask) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax attention q (B,H,Tq,D), k (B,H|1,Tk,D), v (B,H|1,Tk,Dv) -> (out, weights)."""
-    s = bmm4(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1])) + mask  # (B, H, Tq, Tk)
+    s = _scores(q, k) * (1.0 / math.sqrt(q.shape[-1])) + mask  # (B, H, Tq, Tk)
     a = torch.softmax(s, dim=-1)
     return bmm4(a, v), a
 
