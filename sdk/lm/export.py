@@ -161,12 +161,19 @@ def export_programs(model: CausalLM, precision: str, prefill_len: int, cache_len
 
 
 def lower_executorch(pre, dec, pre_args, dec_args, path: Path) -> None:
+    """A .pte with "prefill" and "decode" methods, XNNPACK-delegated. The inputs (token,
+    position and the caches) are not memory-planned: the runtime reads the caller's tensors
+    in place instead of copying every cache into its arena on every step (Kuramoto 1m decode:
+    1251 -> 1426 tokens/s)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
+    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+    from executorch.exir.passes import MemoryPlanningPass
 
     eps = {"prefill": torch.export.export(pre, pre_args),
            "decode": torch.export.export(dec, dec_args)}
-    prog = to_edge_transform_and_lower(eps, partitioner=[XnnpackPartitioner()]).to_executorch()
+    cfg = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(
+        alloc_graph_input=False))
+    prog = to_edge_transform_and_lower(eps, partitioner=[XnnpackPartitioner()]).to_executorch(cfg)
     atomic_write_bytes(path, prog.buffer)
 
 

@@ -198,15 +198,15 @@ def bmm4(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """q (B, H, Tq, D) . k (B, H|1, Tk, D) -> (B, H, Tq, Tk). One key head shared by all
-    query heads (the collapsed QK circuit) is computed as k @ q^T then transposed: the LiteRT
-    converter folds the q @ k^T form's reshapes into a rank-4 BATCH_MATMUL it then rejects
-    ("invalid output rank, expected 3 but got 4")."""
+    query heads (the collapsed QK circuit) is computed as k @ q^T then transposed: the
+    LiteRT converter folds the q @ k^T form's reshapes into a rank-4 BATCH_MATMUL it then
+    rejects ("invalid output rank, expected 3 but got 4")."""
     bsz, h, m, d = q.shape
+    n = k.shape[2]
     if k.shape[1] == 1 and h > 1:
-        n = k.shape[2]
         r = torch.bmm(k.reshape(bsz, n, d), q.reshape(bsz, h * m, d).transpose(1, 2))
         return r.transpose(1, 2).reshape(bsz, h, m, n)  # (B, N, H Tq) -> (B, H, Tq, N)
-    return bmm4(q, k.transpose(-1, -2))
+    return bmm4(q, k.transpose(-1, -2))  # k @ q^T here measured slower on both runtimes
 
 
 def attention(q, k, v, mask) -> tuple[torch.Tensor, torch.Tensor]:
