@@ -35,8 +35,11 @@ def render(out: Path, args, md_path: Path) -> None:
     lines = [
         "# LM mixers: BPC at equal token budget",
         "",
-        f"Corpus `{args.data}` (the embedded default: stdlib docstrings + pydoc topics; "
-        "splits and sha256 in the manifest below). Each run: "
+        f"Corpus `{args.data}` ("
+        + {"text": "the embedded English default: stdlib docstrings + pydoc topics; ",
+           "code": "the embedded code default: the Python standard library's source; "}.get(
+            args.data, "")
+        + "splits and sha256 in the manifest below). Each run: "
         f"{args.tokens:,} training tokens, batch {args.batch} x ctx {args.ctx}, AdamW lr "
         f"{args.lr} (cosine to 10%, warm-up {args.warmup} steps), weight decay 0.1, "
         + (f"{args.threads} CPU thread ({platform.processor() or platform.machine()}). "
@@ -45,7 +48,9 @@ def render(out: Path, args, md_path: Path) -> None:
         +
         "BPC = bits per byte on non-overlapping ctx-byte windows; test = whole test split.",
         "",
-        "Command: `" + " ".join(["python bench/lm_results.py", f"--tokens {args.tokens}",
+        "Command: `" + " ".join(["python bench/lm_results.py",
+                                  *([f"--data {args.data}"] if args.data != "text" else []),
+                                  f"--tokens {args.tokens}",
                                   "--seeds", *map(str, args.seeds), f"--size {args.size}"])
         + "`",
         "",
