@@ -110,7 +110,7 @@ _ETDUMP_WRAPPERS = {"Method::execute", "DELEGATE_CALL", "OPERATOR_CALL", "Method
 
 
 def _executorch_op_breakdown(path: Path, model: CausalLM, threads: int, steps: int = 16,
-                             top: int = 12) -> list[dict]:
+                             top: int | None = None) -> list[dict]:
     """Per-operator time of ``steps`` decode steps from the runtime's own ETDump, read with
     the ExecuTorch Inspector: XNNPACK's per-operator events inside the delegate (e.g. "Fully
     Connected (NC, F32) GEMM") and the portable kernels outside it ("native_call_..."),
@@ -157,7 +157,7 @@ def _executorch_op_breakdown(path: Path, model: CausalLM, threads: int, steps: i
             total[kind] = total.get(kind, 0.0) + sum(raw)
             calls[kind] = calls.get(kind, 0) + len(raw)
     rows = [{"op": k, "calls": calls[k], "self_ms": v}
-            for k, v in sorted(total.items(), key=lambda kv: -kv[1])[:top]]
+            for k, v in sorted(total.items(), key=lambda kv: -kv[1])[:top]]  # all kinds
     return rows
 
 
@@ -271,7 +271,7 @@ def markdown(results: list[dict]) -> str:
         src = results[0].get("op_breakdown_source") or "torch profiler"
         lines += ["", f"| op ({src}, 16 decode steps) | calls | self ms |",
                   "|---|---|---|"]
-        for o in results[0]["op_breakdown"]:
+        for o in results[0]["op_breakdown"][:12]:
             lines.append(f"| {o['op']} | {o['calls']} | {o['self_ms']:.2f} |")
     return "\n".join(lines) + "\n"
 
