@@ -272,4 +272,3 @@ def xnnpack_quantizer():
     )
 
     return XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
-

@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from ..errors import QsaError
-from ..fileio import atomic_write_bytes, atomic_write_text
+from ..fileio import atomic_path, atomic_write_bytes, atomic_write_text
 from ..models.lm import CausalLM
 
 TOLERANCE = {"fp32": 1e-3, "int8": 5e-2}  # max |logit diff| / max |logit|, artifact vs eager
@@ -119,18 +119,21 @@ def calibration_prompts(n: int, length: int, seed: int = 0) -> list[torch.Tensor
     return [torch.from_numpy(data[s:s + length].astype(np.int32)).view(1, -1) for s in starts]
 
 
-def greedy(prefill_fn, decode_fn, prompt: torch.Tensor, cache, steps: int):
-    """Run prefill then ``steps`` greedy decode steps; returns (tokens, logits list)."""
+def greedy(prefill_fn, decode_fn, prompt: torch.Tensor, cache, steps: int,
+           feed: list[int] | None = None):
+    """Run prefill then ``steps - 1`` decode steps; returns (the argmax token of every step,
+    logits list). Each step is fed its own argmax, or with ``feed`` (teacher forcing along a
+    given path) ``feed[i]``; the runtime keeps its own cache either way."""
     out = prefill_fn(prompt, *cache)
     logits, cache = out[0], tuple(out[1:])
     n = prompt.shape[1]
-    tok = logits[:, -1:].argmax(-1).to(torch.int32)
-    tokens, all_logits = [int(tok)], [logits[:, -1]]
+    tokens, all_logits = [int(logits[:, -1].argmax(-1))], [logits[:, -1]]
     for i in range(steps - 1):
-        out = decode_fn(tok, torch.tensor([n + i], dtype=torch.int32), *cache)
+        tok = tokens[i] if feed is None else feed[i]
+        out = decode_fn(torch.tensor([[tok]], dtype=torch.int32),
+                        torch.tensor([n + i], dtype=torch.int32), *cache)
         logits, cache = out[0], tuple(out[1:])
-        tok = logits[:, -1:].argmax(-1).to(torch.int32)
-        tokens.append(int(tok))
+        tokens.append(int(logits[:, -1].argmax(-1)))
         all_logits.append(logits[:, -1])
     return tokens, all_logits
 
@@ -187,8 +190,7 @@ def lower_litert(pre, dec, pre_args, dec_args, path: Path, precision: str = "fp3
 
     conv = litert_torch.signature("prefill", pre, pre_args).signature("decode", dec, dec_args)
     edge = conv.convert()
-    tmp = path.with_name(path.name + ".tmp")
-    try:
+    with atomic_path(path) as tmp:
         edge.export(str(tmp))
         if precision == "int8":
             from ai_edge_quantizer import Quantizer, recipe
@@ -196,14 +198,12 @@ def lower_litert(pre, dec, pre_args, dec_args, path: Path, precision: str = "fp3
             # the weight matmuls only: a BATCH_MATMUL with a constant operand (the cache
             # writes, RMSNorm's mean) would get an int8 lhs, which LiteRT's hybrid kernel
             # does not take (float lhs x int8 rhs only)
-            rec = [dict(r, operation="FULLY_CONNECTED") for r in recipe.dynamic_wi8_afp32()]
-            rec += [dict(r, operation="EMBEDDING_LOOKUP") for r in recipe.dynamic_wi8_afp32()]
+            base = recipe.dynamic_wi8_afp32()
+            rec = [dict(r, operation=op) for op in ("FULLY_CONNECTED", "EMBEDDING_LOOKUP")
+                   for r in base]
             qt = Quantizer(tmp.read_bytes())
             qt.load_quantization_recipe(rec)
             tmp.write_bytes(bytes(qt.quantize().quantized_model))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 class Runner:
@@ -249,21 +249,6 @@ class Runner:
         return self._call(self._dec, args)
 
 
-def forced(prefill_fn, decode_fn, prompt: torch.Tensor, cache, tokens: list[int]):
-    """Logits of prefill + decode steps that feed ``tokens`` (teacher forcing along a given
-    path; the runtime keeps its own cache): one (1, 256) row per step."""
-    out = prefill_fn(prompt, *cache)
-    logits, cache = out[0], tuple(out[1:])
-    n = prompt.shape[1]
-    rows = [logits[:, -1]]
-    for i, t in enumerate(tokens[:-1]):
-        out = decode_fn(torch.tensor([[t]], dtype=torch.int32),
-                        torch.tensor([n + i], dtype=torch.int32), *cache)
-        logits, cache = out[0], tuple(out[1:])
-        rows.append(logits[:, -1])
-    return rows
-
-
 def verify(runner: Runner, pre, dec, model: CausalLM, prefill_len: int, cache_len: int,
            steps: int, precision: str) -> dict:
     """The artifact along eager's greedy path (each on its own cache): logits within the
@@ -277,16 +262,15 @@ def verify(runner: Runner, pre, dec, model: CausalLM, prefill_len: int, cache_le
     prompt = calibration_prompts(1, prefill_len, seed=123)[0]
     with torch.no_grad():
         ref_tok, ref_logits = greedy(pre, dec, prompt, model.init_cache(1, cache_len), steps)
-    got_logits = forced(runner.prefill, runner.decode, prompt, model.init_cache(1, cache_len),
-                        ref_tok)
+    got_tok, got_logits = greedy(runner.prefill, runner.decode, prompt,
+                                 model.init_cache(1, cache_len), steps, feed=ref_tok)
     free_tok, _ = greedy(runner.prefill, runner.decode, prompt,
                          model.init_cache(1, cache_len), steps)
     scale = max(float(r.abs().max()) for r in ref_logits)
     diffs = [float((g - r).abs().max()) for g, r in zip(got_logits, ref_logits, strict=True)]
     err = max(diffs) / scale
     same, ties = 0, 0
-    for r, g, d, t in zip(ref_logits, got_logits, diffs, ref_tok, strict=True):
-        pick = int(g.argmax(-1))
+    for r, pick, d, t in zip(ref_logits, got_tok, diffs, ref_tok, strict=True):
         if pick == t:
             same += 1
         elif precision != "fp32" and float(r[0, t] - r[0, pick]) <= 2 * d:

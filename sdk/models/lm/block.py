@@ -202,8 +202,8 @@ def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     LiteRT converter folds the q @ k^T form's reshapes into a rank-4 BATCH_MATMUL it then
     rejects ("invalid output rank, expected 3 but got 4")."""
     bsz, h, m, d = q.shape
-    n = k.shape[2]
     if k.shape[1] == 1 and h > 1:
+        n = k.shape[2]
         r = torch.bmm(k.reshape(bsz, n, d), q.reshape(bsz, h * m, d).transpose(1, 2))
         return r.transpose(1, 2).reshape(bsz, h, m, n)  # (B, N, H Tq) -> (B, H, Tq, N)
     return bmm4(q, k.transpose(-1, -2))  # k @ q^T here measured slower on both runtimes
