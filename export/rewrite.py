@@ -251,21 +251,39 @@ class ExportQuaternionLayer(nn.Module):
         )
 
 
+NORM_REDUCES = ("mean", "linear")
+
+
 class ExportQuaternionLayerNorm(nn.Module):
     """``QuaternionLayerNorm`` with one mean over (component, unit) instead of a sum over the
     components then a mean over the units: sum_c mean_i q^2 = 4 mean_(c,i) q^2, so
-    rsqrt(4 p + eps) = rsqrt(p + eps / 4) / 2 and the 1/2 goes into the gain. One op fewer per
-    norm in a converted graph; the same numbers."""
+    rsqrt(4 p + eps) = rsqrt(p + eps / 4) / 2 and the 1/2 goes into the gain. The same numbers.
 
-    def __init__(self, norm: nn.Module):
+    ``reduce="mean"``: the means are mean ops (TFLite: one MEAN per mean, one op fewer per
+    norm than the source). ``reduce="linear"``: each mean is a linear op against a constant
+    1/n row (exact in int8: one weight, its own scale). XNNPACK has no delegate for these
+    means, so as mean ops they run on ExecuTorch's portable kernels and cut the graph into one
+    delegate call per norm (qcgan-35k int8: 34 delegate calls, 10 with linear means)."""
+
+    def __init__(self, norm: nn.Module, reduce: str = "mean"):
         super().__init__()
-        self.n, self.eps = norm.n, norm.eps
+        if reduce not in NORM_REDUCES:
+            raise ExportError(f"reduce={reduce!r}; expected one of {NORM_REDUCES}")
+        self.n, self.eps, self.reduce = norm.n, norm.eps, reduce
         self.gain = nn.Parameter(0.5 * norm.gain.detach().clone())
+        if reduce == "linear":
+            self.register_buffer("unit_mean", torch.full((1, self.n), 1.0 / self.n))
+            self.register_buffer("all_mean", torch.full((1, 4 * self.n), 0.25 / self.n))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q = x.reshape(*x.shape[:-1], 4, self.n)  # (..., 4, n)
-        q = q - q.mean(dim=-1, keepdim=True)
-        p = (q * q).mean(dim=(-2, -1), keepdim=True)  # (..., 1, 1)
+        lead = x.shape[:-1]
+        q = x.reshape(*lead, 4, self.n)  # (..., 4, n)
+        if self.reduce == "linear":
+            q = q - F.linear(q, self.unit_mean)  # (..., 4, 1) means per component
+            p = F.linear((q * q).reshape(*lead, 4 * self.n), self.all_mean).unsqueeze(-1)
+        else:
+            q = q - q.mean(dim=-1, keepdim=True)
+            p = (q * q).mean(dim=(-2, -1), keepdim=True)  # (..., 1, 1)
         return (q * torch.rsqrt(p + self.eps / 4) * self.gain).reshape(x.shape)
 
 
@@ -303,15 +321,22 @@ def _layer_weight(m: nn.Module) -> tuple[_QuaternionLayer, torch.Tensor]:
 
 
 def prepare_for_export(
-    model: nn.Module, inplace: bool = False, mix: str = "conv", fold_norm: bool = False
+    model: nn.Module,
+    inplace: bool = False,
+    mix: str = "conv",
+    fold_norm: bool = False,
+    norm_reduce: str = "mean",
 ) -> nn.Module:
     """Copy of ``model`` (eval) with every quaternion layer (fp32 or packed int8 reference)
     replaced by ``ExportQuaternionLayer``; the numbers are unchanged (fp32 rounding aside).
     ``mix``: how the signed component selection is written ("conv" or "matmul", see _Mix).
-    ``fold_norm``: quaternion layer norms as ``ExportQuaternionLayerNorm`` (one mean over two
-    axes; fewer TFLite ops, but XNNPACK runs a two-axis mean outside its delegate)."""
+    ``fold_norm``: quaternion layer norms as ``ExportQuaternionLayerNorm`` with its means
+    written as ``norm_reduce`` ("mean": mean ops, fewest TFLite ops; "linear": constant
+    linear ops, which XNNPACK delegates)."""
     if mix not in MIX_MODES:
         raise ExportError(f"mix={mix!r}; expected one of {MIX_MODES}")
+    if norm_reduce not in NORM_REDUCES:
+        raise ExportError(f"norm_reduce={norm_reduce!r}; expected one of {NORM_REDUCES}")
     from qsa.quantize import Int8QuaternionLayer
 
     if not inplace:
@@ -335,7 +360,7 @@ def prepare_for_export(
             elif isinstance(child, nn.PReLU):
                 setattr(parent, name, ExportPReLU(child))
             elif fold_norm and isinstance(child, QuaternionLayerNorm):
-                setattr(parent, name, ExportQuaternionLayerNorm(child))
+                setattr(parent, name, ExportQuaternionLayerNorm(child, norm_reduce))
             else:
                 visit(child, f"{prefix}{name}.")
 

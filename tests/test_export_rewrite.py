@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from qsa.export import ExportQuaternionLayer, mixing_matrix, prepare_for_export
+from qsa.export import ExportError, ExportQuaternionLayer, mixing_matrix, prepare_for_export
 from qsa.export.rewrite import ExportPReLU
 from qsa.layers import (
     QuaternionConv1d,
@@ -102,6 +102,59 @@ def test_layer_norm_export_form_matches():
         assert torch.allclose(got, want, atol=1e-5)
         z = torch.zeros(2, 24)  # silence: finite, zero
         assert torch.equal(ExportQuaternionLayerNorm(norm)(z), norm(z))
+        lin = prepare_for_export(nn.Sequential(norm), fold_norm=True, norm_reduce="linear")[0]
+        assert lin.reduce == "linear"
+        assert torch.allclose(lin(x), want, atol=1e-5)
+        assert torch.equal(lin(z), norm(z))
+    with pytest.raises(ExportError, match="norm_reduce='sum'.*mean.*linear"):
+        prepare_for_export(nn.Sequential(norm), fold_norm=True, norm_reduce="sum")
+
+
+class _NormAttention(nn.Module):
+    """Quaternion layers, norms and an unmasked (frequency-style) attention, as in qcgan."""
+
+    def __init__(self):
+        super().__init__()
+        from qsa.layers import QuaternionSelfAttention
+        from qsa.models.qtransformer import QuaternionLayerNorm
+
+        self.inp = QuaternionLinear(16, 32)
+        self.norm = QuaternionLayerNorm(32)
+        self.attn = QuaternionSelfAttention(32, 2, causal=False, window=None)
+        self.norm2 = QuaternionLayerNorm(32)
+
+    def forward(self, x):
+        h = self.norm(self.inp(x))
+        return self.norm2(h + self.attn(h))
+
+
+def test_executorch_lowering_delegates_norms_and_attention():
+    """ExecuTorch's export form leaves nothing of a norm or an attention outside XNNPACK: the
+    norms' means as linear ops, the attention's matmuls as 3-D bmm (a 4-D matmul exports
+    with expand copies), no mask when every key is visible. One delegate call, the numbers of
+    the eager module."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    from qsa.export.exporters import ExecuTorchExporter
+
+    torch.manual_seed(0)
+    m = _NormAttention().eval()
+    ex = prepare_for_export(
+        m, fold_norm=ExecuTorchExporter.fold_norm, norm_reduce=ExecuTorchExporter.norm_reduce
+    )
+    x = torch.randn(1, 17, 16)
+    with torch.no_grad():
+        assert torch.allclose(ex(x), m(x), atol=1e-5)
+    edge = to_edge_transform_and_lower(
+        torch.export.export(ex, (x,)), partitioner=[XnnpackPartitioner()]
+    )
+    outside = [
+        str(n.target)
+        for n in edge.exported_program().graph.nodes
+        if n.op == "call_function" and "getitem" not in str(n.target)
+    ]
+    assert outside == ["executorch_call_delegate"], outside
 
 
 def test_single_row_bias_is_added_in_place():

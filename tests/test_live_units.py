@@ -244,3 +244,25 @@ def test_export_cache_key_follows_the_weights(tmp_path):
     c = QuaternionLowpass(cutoff_hz=3000.0)  # another filter altogether
     assert _model_key("reference-lowpass", a) != _model_key("reference-lowpass", c)
     assert _model_key("reference-lowpass", a).startswith("reference-lowpass-")
+
+
+def test_export_cache_key_follows_the_graph_code(tmp_path):
+    """The key also hashes the source of the code that builds the exported graph: after an
+    exporter or model change (same weights, same version) the live app re-exports."""
+    from qsa.apps.live.processors import _graph_roots, _source_digest
+
+    roots = {p.as_posix() for p in _graph_roots()}
+    for part in ("export", "models", "layers"):
+        assert any(r.endswith("/" + part) for r in roots), (part, roots)
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "a.py").write_text("x = 1\n")
+    (pkg / "sub" / "b.py").write_text("y = 2\n")
+    d0 = _source_digest([pkg])
+    assert _source_digest([pkg]) == d0
+    (pkg / "sub" / "b.py").write_text("y = 3\n")
+    assert _source_digest([pkg]) != d0
+    (pkg / "sub" / "b.py").write_text("y = 2\n")
+    assert _source_digest([pkg]) == d0
+    (pkg / "c.py").write_text("")
+    assert _source_digest([pkg]) != d0

@@ -114,21 +114,27 @@ class QuaternionSelfAttention(nn.Module):
         scale = 1.0 / math.sqrt(4 * d)
         qf = q.reshape(b, h, tq, 4 * d)  # (B, H, Tq, 4d)
         if self.score == "shared":
-            kf = k.reshape(b, h, tk, 4 * d)  # Re(q conj k) = <q_flat, k_flat>
-            return (qf @ kf.transpose(-1, -2)) * scale  # (B, H, Tq, Tk)
+            # Re(q conj k) = <q_flat, k_flat>, as a 3-D bmm: a 4-D matmul exports as
+            # expand + bmm, and the expands run outside XNNPACK's delegate
+            qb = qf.reshape(b * h, tq, 4 * d)
+            kb = k.reshape(b * h, tk, 4 * d)
+            return (torch.bmm(qb, kb.transpose(1, 2)) * scale).reshape(b, h, tq, tk)
         k4 = _conj_score_keys(k).permute(0, 1, 3, 2, 4)  # (B, H, 4, Tk, 4d)
         return (qf.unsqueeze(2) @ k4.transpose(-1, -2)) * scale  # (B, H, 4, Tq, Tk)
 
     def attend(self, q, k, v, mask) -> torch.Tensor:
-        """q (B,H,Tq,4,d), k/v (B,H,Tk,4,d), additive mask broadcastable to the scores."""
+        """q (B,H,Tq,4,d), k/v (B,H,Tk,4,d), additive mask broadcastable to the scores (None:
+        every key visible)."""
         b, h, tq, _, d = q.shape
         tk = k.shape[2]
         s = self.scores(q, k)
+        if mask is not None:
+            s = s + mask
         if self.score == "shared":
-            a = torch.softmax(s + mask, dim=-1)  # one softmax for all four components
-            y = a @ v.reshape(b, h, tk, 4 * d)  # (B, H, Tq, 4d)
+            a = torch.softmax(s, dim=-1)  # one softmax for all four components
+            y = torch.bmm(a.reshape(b * h, tq, tk), v.reshape(b * h, tk, 4 * d))  # (BH, Tq, 4d)
             return y.reshape(b, h, tq, 4, d)
-        a = torch.softmax(s + mask, dim=-1)  # four softmaxes, one per score component
+        a = torch.softmax(s, dim=-1)  # four softmaxes, one per score component
         # Hamilton aggregation: P[a, b] = A_a @ V_b in one matmul, then the signed recombination
         vf = v.reshape(b, h, tk, 4 * d)  # (B, H, Tk, 4d) as [b-comp, d]
         p = a @ vf.unsqueeze(2)  # (B, H, 4 a-comp, Tq, 4d)
@@ -156,7 +162,8 @@ class QuaternionSelfAttention(nn.Module):
         if self.window is not None and t > 2 * self.block_size(self.window):
             y = self._attend_banded(q, k, v)
         else:
-            y = self.attend(q, k, v, self.mask(t, t))
+            unmasked = not self.causal and (self.window is None or t <= self.window)
+            y = self.attend(q, k, v, None if unmasked else self.mask(t, t))
         return self.out_proj(self._merge(y))
 
     @staticmethod

@@ -214,7 +214,11 @@ class QuaternionConvModule(nn.Module):
         self.dim, self.kernel, self.causal = dim, kernel, causal
         self.norm = QuaternionLayerNorm(dim)
         self.pw1 = QuaternionLinear(dim, dim)
-        self.dw = QuaternionConv1d(dim, dim, kernel, groups=dim // 4)
+        # non-causal, odd kernel: the conv pads symmetrically itself, so an exported graph has
+        # no separate pad op (XNNPACK leaves a quantised pad outside its delegate)
+        self._conv_pads = not causal and kernel % 2 == 1
+        pad = (kernel - 1) // 2 if self._conv_pads else 0
+        self.dw = QuaternionConv1d(dim, dim, kernel, groups=dim // 4, padding=pad)
         self.norm2 = QuaternionLayerNorm(dim)
         self.pw2 = QuaternionLinear(dim, dim)
 
@@ -226,8 +230,9 @@ class QuaternionConvModule(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = self._pre(x)  # (N, C, L)
-        k = self.kernel - 1
-        z = F.pad(z, (k, 0) if self.causal else (k // 2, k // 2))
+        if not self._conv_pads:
+            k = self.kernel - 1
+            z = F.pad(z, (k, 0) if self.causal else (k // 2, k // 2))
         return self._post(self.dw(z))
 
     def init_state(self, n: int) -> torch.Tensor:
@@ -351,7 +356,10 @@ class QuaternionUpsample(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         even = self.even(h)  # (B, C, T, F): output bins 0, 2, .., 2F - 2
-        odd = F.pad(self.odd(h), (0, 1))  # (B, C, T, F - 1) + a dropped pad: bins 1, 3, ..
+        odd = self.odd(h)  # (B, C, T, F - 1): bins 1, 3, ..
+        # + one filler bin, dropped below: a concat, not a pad (XNNPACK delegates concats but
+        # leaves a quantised pad outside; TFLite: CONCATENATION instead of PAD, same count)
+        odd = torch.cat([odd, odd[..., :1]], dim=-1)
         b, c, t, f = even.shape
         y = torch.stack([even, odd], dim=-1).reshape(b, c, t, 2 * f)  # (B, C, T, 2F)
         return y[..., : 2 * f - 1]  # (B, C, T, 2F - 1)
