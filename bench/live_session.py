@@ -54,6 +54,35 @@ def noisy_speech(seconds: float, seed: int = 0) -> np.ndarray:
     return (s + n).astype(np.float32)
 
 
+def host_reference(n: int = 400) -> dict:
+    """How fast this host is right now: a fixed numpy workload (20 256x256 mat-vecs + tanh,
+    ~1.3 MMAC) timed back to back and after a 7 ms sleep, as the app's worker sleeps between
+    blocks. On a shared VM both drift by 50 % within an hour; compare sessions by this too."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(256).astype(np.float32)
+    w = rng.standard_normal((256, 256)).astype(np.float32)
+
+    def work():
+        y = x
+        for _ in range(20):
+            y = np.tanh(w @ y * 0.01)
+        return y
+
+    out = {}
+    for name, pause in (("back_to_back", 0.0), ("after_7ms_sleep", 0.007)):
+        ts = []
+        for _ in range(n):
+            if pause:
+                time.sleep(pause)
+            t0 = time.perf_counter()
+            work()
+            ts.append(time.perf_counter() - t0)
+        ts = np.asarray(ts[n // 10 :]) * 1e3
+        out[name] = {"median_ms": round(float(np.median(ts)), 3),
+                     "p99_ms": round(float(np.percentile(ts, 99)), 3)}  # fmt: skip
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--minutes", type=float, default=10.0)
@@ -68,6 +97,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     from qsa.apps.live.pulse import PrivatePulse
+
+    host = host_reference()
 
     with tempfile.TemporaryDirectory() as d, PrivatePulse({"loop": args.samplerate}) as pa:
         wav = Path(d) / "noisy.wav"
@@ -129,6 +160,7 @@ def main(argv=None) -> int:
         "restarts": final["restarts"],
         "latency_ms": final["latency_ms"],
         "priority": final.get("priority"),
+        "host_reference": host,
         "note": "hop_ms_* cover the last 4096 hops (~33 s); session_* every hop",
     }
     print(json.dumps(result, indent=2))
