@@ -358,7 +358,8 @@ def _calibrate(fn, inputs_list) -> None:
 class ExecuTorchExporter(Exporter):
     target = "executorch"
     # norms' means as constant linear ops, delegated to XNNPACK: as mean ops they ran on the
-    # portable kernels between 34 delegate calls per qcgan-35k int8 step (now 10 or fewer)
+    # portable kernels between 34 delegate calls per qcgan-35k int8 step (3 now, with the
+    # attention's bmm4 and the models' pads folded into convs / concats)
     fold_norm = True
     norm_reduce = "linear"
 

@@ -34,6 +34,16 @@ Score = Literal["shared", "hamilton"]
 _NEG = -1e9  # additive mask value: finite, so exported graphs stay free of inf arithmetic
 
 
+def bmm4(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a (B, Ha, M, K) @ b (B, Hb, K, N) with Hb in {Ha, 1} -> (B, Ha, M, N) as 3-d batched
+    matmuls (4-d matmul exports with expand copies that XNNPACK does not take)."""
+    bsz, ha, m, k = a.shape
+    n = b.shape[-1]
+    if b.shape[1] == 1:  # one key/value head shared by all query heads: fold heads into rows
+        return torch.bmm(a.reshape(bsz, ha * m, k), b.reshape(bsz, k, n)).view(bsz, ha, m, n)
+    return torch.bmm(a.reshape(bsz * ha, m, k), b.reshape(bsz * ha, k, n)).view(bsz, ha, m, n)
+
+
 def _conj_score_keys(k: torch.Tensor) -> torch.Tensor:
     """For k (..., 4, d) return K4 (..., 4 out-comp, 4*d) such that the c-th component of
     q (x) conj(k) equals <q_flat, K4[c]> with q_flat = q.reshape(..., 4*d)."""
@@ -114,11 +124,8 @@ class QuaternionSelfAttention(nn.Module):
         scale = 1.0 / math.sqrt(4 * d)
         qf = q.reshape(b, h, tq, 4 * d)  # (B, H, Tq, 4d)
         if self.score == "shared":
-            # Re(q conj k) = <q_flat, k_flat>, as a 3-D bmm: a 4-D matmul exports as
-            # expand + bmm, and the expands run outside XNNPACK's delegate
-            qb = qf.reshape(b * h, tq, 4 * d)
-            kb = k.reshape(b * h, tk, 4 * d)
-            return (torch.bmm(qb, kb.transpose(1, 2)) * scale).reshape(b, h, tq, tk)
+            kf = k.reshape(b, h, tk, 4 * d)  # Re(q conj k) = <q_flat, k_flat>
+            return bmm4(qf, kf.transpose(-1, -2)) * scale  # (B, H, Tq, Tk)
         k4 = _conj_score_keys(k).permute(0, 1, 3, 2, 4)  # (B, H, 4, Tk, 4d)
         return (qf.unsqueeze(2) @ k4.transpose(-1, -2)) * scale  # (B, H, 4, Tq, Tk)
 
@@ -132,7 +139,7 @@ class QuaternionSelfAttention(nn.Module):
             s = s + mask
         if self.score == "shared":
             a = torch.softmax(s, dim=-1)  # one softmax for all four components
-            y = torch.bmm(a.reshape(b * h, tq, tk), v.reshape(b * h, tk, 4 * d))  # (BH, Tq, 4d)
+            y = bmm4(a, v.reshape(b, h, tk, 4 * d))  # (B, H, Tq, 4d)
             return y.reshape(b, h, tq, 4, d)
         a = torch.softmax(s, dim=-1)  # four softmaxes, one per score component
         # Hamilton aggregation: P[a, b] = A_a @ V_b in one matmul, then the signed recombination

@@ -30,6 +30,7 @@ from torch import nn
 
 from ...config import ModelConfig
 from ...errors import ConfigError
+from ...layers.attention import bmm4
 
 MIXERS = ("transformer", "kuramoto", "circuits", "quaternion")
 SIZES = ("1m", "5m")
@@ -184,16 +185,6 @@ class CacheIndex:
         else:
             placed = bmm4(self.write.t().expand(new.shape[0], new.shape[1], -1, -1), new)
         return cache * self.keep.view(-1, 1) + placed
-
-
-def bmm4(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a (B, Ha, M, K) @ b (B, Hb, K, N) with Hb in {Ha, 1} -> (B, Ha, M, N) as 3-d batched
-    matmuls (4-d matmul exports with expand copies that XNNPACK does not take)."""
-    bsz, ha, m, k = a.shape
-    n = b.shape[-1]
-    if b.shape[1] == 1:  # one key/value head shared by all query heads: fold heads into rows
-        return torch.bmm(a.reshape(bsz, ha * m, k), b.reshape(bsz, k, n)).view(bsz, ha, m, n)
-    return torch.bmm(a.reshape(bsz * ha, m, k), b.reshape(bsz * ha, k, n)).view(bsz, ha, m, n)
 
 
 def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
