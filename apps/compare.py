@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from qsa.errors import ConfigError, QsaError
+from qsa.fileio import ensure_dir
 
 RUNTIMES = ("torch", "onnx", "executorch", "litert", "tflm")
 PRECISIONS = ("fp32", "int8")
@@ -480,7 +481,7 @@ def compare(
         torch.set_num_threads(int(threads))
     loaded = load_models(models, allow_untrained)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_dir(out, "--out folder")
 
     noisy = [p.load()[0] for p in pairs]
     audio_s = sum(len(x) for x in noisy) / SR

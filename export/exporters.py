@@ -30,6 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from qsa.fileio import ensure_dir
+
 from .errors import ExportError
 from .rewrite import prepare_for_export
 from .runtimes import load_runtime
@@ -137,7 +139,7 @@ class Exporter:
     def run(self, stages: tuple[str, ...] | None = None) -> ExportResult:
         if self.artifact.exists() and not self.force:
             raise ExportError(f"{self.artifact} already exists; pass --force to overwrite it")
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        ensure_dir(self.out_dir)
         # a previous export's report (and the sha256 it records) does not describe what this
         # run writes: drop it, so loaders never check the new artifact against it
         (self.out_dir / "report.json").unlink(missing_ok=True)

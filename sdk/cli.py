@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from ._version import __version__
@@ -53,6 +54,15 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except QsaError as e:
         print(f"qsa {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        # a file-system failure on a named path (disk full, permission, a path that vanished
+        # under us): say which path and why instead of a traceback; QSA_DEBUG=1 re-raises
+        if e.filename is None or os.environ.get("QSA_DEBUG"):
+            raise
+        where = e.filename if e.filename2 is None else f"{e.filename} -> {e.filename2}"
+        print(f"qsa {args.command}: error: {where}: {e.strerror or e}; check the path, its "
+              "permissions and the free space (QSA_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"qsa {args.command}: interrupted", file=sys.stderr)

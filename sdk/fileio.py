@@ -15,6 +15,33 @@ from pathlib import Path
 from .errors import QsaError
 
 
+class OutputError(QsaError, OSError):
+    """An output location that cannot be created or written (a file in the way, no
+    permission, a read-only or full file system)."""
+
+
+def _why(folder: Path, e: OSError) -> str:
+    """Why ``folder`` could not be created, with the fix."""
+    if isinstance(e, (FileExistsError, NotADirectoryError)):
+        blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()),
+                       folder)
+        return f"{blocker} is a file, not a folder; choose another path or move the file away"
+    return f"cannot create {folder} ({e.strerror or e}); choose a folder you can write to"
+
+
+def ensure_dir(path: str | os.PathLike, what: str = "output folder") -> Path:
+    """Create ``path`` (and its parents) if needed and return it; an :class:`OutputError`
+    naming the path, the reason and the fix when that is impossible."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"{what} {path}: {_why(path, e)}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise OutputError(f"{what} {path}: not writable; choose a folder you can write to")
+    return path
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, force: bool = True) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on success it is fsynced and renamed over it.
@@ -24,8 +51,18 @@ def atomic_path(path: str | os.PathLike, force: bool = True) -> Iterator[Path]:
     path = Path(path)
     if not force and path.exists():
         raise QsaError(f"{path} already exists; pass --force to overwrite it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_dir():
+        raise OutputError(f"{path} is a folder; give a file name for the output")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {_why(path.parent, e)}") from None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise OutputError(
+            f"cannot write {path} ({e.strerror or e}); choose a folder you can write to"
+        ) from None
     os.close(fd)
     umask = os.umask(0)
     os.umask(umask)

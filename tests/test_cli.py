@@ -75,3 +75,39 @@ def test_demo_runs(tmp_path):
     r = qsa("demo", "--layers-only", "--out", str(tmp_path / "demo"))
     assert "SQNR" in r.stdout
     assert list((tmp_path / "demo").glob("*.qsa"))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("data", "synth", "{out}", "--hours", "0.001"),
+        ("train", "qcgan-35k", "--data", "synth:{data}", "--out", "{out}", "--max-steps", "1"),
+        ("demo", "--out", "{out}"),
+        ("compare", "qcgan-35k", "--data", "{pairs}", "--runtimes", "torch", "--out", "{out}"),
+        ("enhance", "{wav}", "{out}/enhanced.wav"),
+        ("export", "qcgan-35k", "--target", "onnx", "-o", "{out}"),
+    ],
+    ids=lambda a: a[0],
+)
+def test_unwritable_output_is_a_clean_error(tmp_path, args):
+    """An output path that cannot be a folder (a file stands in the way): exit 2 with the path,
+    the reason and the fix, no traceback, nothing written; checked before any slow work."""
+    import numpy as np
+    import soundfile as sf
+
+    pairs = tmp_path / "in"
+    for sub in ("clean", "noisy"):
+        (pairs / sub).mkdir(parents=True)
+        sf.write(pairs / sub / "a.wav", np.zeros(16000, np.float32), 16000)
+    out = tmp_path / "out"
+    out.mkdir()
+    blocker = out / "taken"
+    blocker.write_text("a file, not a folder")
+    fill = {"out": str(blocker / "sub"), "data": str(tmp_path / "no-corpus"),
+            "wav": str(pairs / "noisy" / "a.wav"), "pairs": str(pairs)}
+    r = qsa(*(a.format(**fill) for a in args), check=False)
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert "Traceback" not in r.stderr
+    assert f"{blocker} is a file, not a folder" in r.stderr
+    assert blocker.read_text() == "a file, not a folder"
+    assert [p.name for p in out.iterdir()] == ["taken"]

@@ -40,12 +40,13 @@ def layers_demo(args) -> int:
         QuaternionSelfAttention,
     )
     from qsa.models.qtransformer import QTransformer, QTransformerConfig
+    from qsa.fileio import ensure_dir
     from qsa.quantize import Int8Config, load_packed, quantize_, save_packed
 
     console = Console()
     torch.manual_seed(0)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_dir(out, "--out folder")
 
     def sqnr(ref, test):
         return 10 * math.log10(ref.pow(2).mean().item() / (ref - test).pow(2).mean().item())
@@ -146,10 +147,11 @@ def enhance_export_demo(args) -> int:
     from qsa.audio.io import read_audio, write_audio
     from qsa.commands.compare import print_table
     from qsa.data.synth import make_demo_set
+    from qsa.fileio import ensure_dir
     from qsa.hub import load, shipped_weights
 
     console = Console()
-    out = Path(args.out)
+    out = ensure_dir(Path(args.out), "--out folder")
     sr = 16000
     records = make_demo_set(out / "demo_set", n=args.items, force=True)
     names = [r["name"] for r in records]

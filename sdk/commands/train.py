@@ -54,6 +54,9 @@ def run(args) -> int:
     if ck.exists() and not (args.resume or args.force):
         raise QsaError(f"{out} already holds a run; pass --resume to continue it or --force "
                        "to start over")
+    from qsa.fileio import ensure_dir
+
+    ensure_dir(out, "--out folder")  # before any data is read or a step is run
     result = train_from_config(cfg, resume=args.resume, progress=not args.no_progress)
     if result.get("files"):
         for f in result["files"]:

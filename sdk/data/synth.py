@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from qsa.errors import QsaError
+from qsa.fileio import ensure_dir
 
 from .noise import NOISE_KINDS, make_noise
 from .sentences import make_sentence
@@ -364,7 +365,7 @@ def _prepare_out(out: Path, force: bool) -> None:
                 shutil.rmtree(out / sub)
         for f in ("manifest.jsonl", "corpus.json"):
             (out / f).unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_dir(out, "corpus folder")
 
 
 def _write_item(out: Path, record: dict, clean: np.ndarray, noisy: np.ndarray) -> None:

@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from ..errors import QsaError
-from ..fileio import atomic_path, atomic_write_bytes, atomic_write_text
+from ..fileio import atomic_path, atomic_write_bytes, atomic_write_text, ensure_dir
 from ..models.lm import CausalLM
 
 TOLERANCE = {"fp32": 1e-3, "int8": 5e-2}  # max |logit diff| / max |logit|, artifact vs eager
@@ -302,7 +302,7 @@ def export_lm(model: CausalLM, target: str, out: str | os.PathLike, precision: s
             f"steps and be <= the model's max_seq_len={model.config.max_seq_len}"
         )
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_dir(out)
     name = name or f"lm-{model.config.mixer}-{precision}"
     m = prepare(model)
     t0 = time.perf_counter()

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..fileio import atomic_path, atomic_write_text
+from ..fileio import atomic_path, atomic_write_text, ensure_dir
 from .data import load_corpus
 from .diagnostics import diagnose
 from .train import TrainConfig, train
@@ -27,7 +27,7 @@ from .train import TrainConfig, train
 def sweep(base: TrainConfig, ratios: list[float], out: str | os.PathLike,
           tolerance: float = 0.05, progress: bool = False, corpus=None) -> list[dict]:
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_dir(out)
     corpus = corpus or load_corpus(base.data)
     rows = []
     for r in ratios:

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from .. import safefile
 from ..config import config_from_dict, config_to_dict
 from ..errors import ConfigError, FormatError, QsaError
-from ..fileio import atomic_write_text
+from ..fileio import atomic_write_text, ensure_dir
 from ..models.lm import CausalLM, LMConfig, lm_config
 from .data import Corpus, load_corpus
 
@@ -193,7 +193,7 @@ def _file_sha(path: Path) -> str:
 
 
 def save_checkpoint(folder: Path, model: CausalLM, opt: torch.optim.Optimizer, state: dict):
-    folder.mkdir(parents=True, exist_ok=True)
+    ensure_dir(folder, "checkpoint folder")
     save_model(model, folder / "model.safetensors")
     params = [p for g in opt.param_groups for p in g["params"]]
     tensors = {}

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from torch import nn
 
 from qsa.errors import ConfigError
-from qsa.fileio import atomic_write_text
+from qsa.fileio import atomic_write_text, ensure_dir
 
 from .checkpoint import load_checkpoint, save_checkpoint
 from .pesq_pool import PesqPool, normalise_pesq
@@ -280,7 +280,7 @@ class Trainer:
         from tqdm import tqdm
 
         cfg = self.cfg
-        self.out.mkdir(parents=True, exist_ok=True)
+        ensure_dir(self.out, "--out folder")
         spe = self.batches.steps_per_epoch()
         bar = tqdm(total=self.total_steps, initial=self.state["global_step"],
                    disable=not self.progress, desc=f"train {cfg.model}", unit="step")
