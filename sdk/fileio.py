@@ -22,7 +22,7 @@ class OutputError(QsaError, OSError):
 
 def _why(folder: Path, e: OSError) -> str:
     """Why ``folder`` could not be created, with the fix."""
-    if isinstance(e, (FileExistsError, NotADirectoryError)):
+    if isinstance(e, FileExistsError | NotADirectoryError):
         blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()),
                        folder)
         return f"{blocker} is a file, not a folder; choose another path or move the file away"

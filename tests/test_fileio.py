@@ -12,9 +12,10 @@ from qsa.fileio import OutputError, atomic_write_text, ensure_dir
 def test_ensure_dir_creates_parents_and_names_a_file_in_the_way(tmp_path):
     assert ensure_dir(tmp_path / "a" / "b").is_dir()
     (tmp_path / "f").write_text("x")
-    with pytest.raises(OutputError, match=r"output folder .*f/sub/deeper: .*f is a file, not a folder"):
+    with pytest.raises(OutputError, match=r"folder .*f/sub/deeper: .*f is a file, not a folder"):
         ensure_dir(tmp_path / "f" / "sub" / "deeper")
-    assert isinstance(OutputError("x"), QsaError) and isinstance(OutputError("x"), OSError)
+    assert isinstance(OutputError("x"), QsaError)
+    assert isinstance(OutputError("x"), OSError)
 
 
 def test_atomic_write_refuses_a_folder_and_a_file_in_the_way(tmp_path):

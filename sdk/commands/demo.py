@@ -33,6 +33,7 @@ def layers_demo(args) -> int:
     from torch import nn
     from torch.utils.flop_counter import FlopCounterMode
 
+    from qsa.fileio import ensure_dir
     from qsa.layers import (
         QuaternionConv1d,
         QuaternionConv2d,
@@ -40,7 +41,6 @@ def layers_demo(args) -> int:
         QuaternionSelfAttention,
     )
     from qsa.models.qtransformer import QTransformer, QTransformerConfig
-    from qsa.fileio import ensure_dir
     from qsa.quantize import Int8Config, load_packed, quantize_, save_packed
 
     console = Console()
