@@ -49,6 +49,8 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[Path, tuple[str, ...]]]:
     x = (0.1 * np.sin(np.arange(SR) * 0.05)).astype(np.float32)
     x[1000] = np.nan
     nan = _wav(tmp / "nan.wav", x, "FLOAT")
+    loud = _wav(tmp / "loud.wav", (3e4 * np.sin(np.arange(SR) * 0.05)).astype(np.float32),
+                "FLOAT")  # 16-bit PCM values stored in a float WAV
     truncated = tmp / "cut.wav"
     _wav(truncated, np.zeros(SR, np.float32))
     truncated.write_bytes(truncated.read_bytes()[:30])
@@ -58,12 +60,13 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[Path, tuple[str, ...]]]:
         "0-byte file": (zero, ("zero.wav",)),
         "NaN sample": (nan, ("nan.wav", "NaN")),
         "truncated header": (truncated, ("cut.wav",)),
+        "PCM values in a float file": (loud, ("loud.wav", "above full scale", "divide by 32768")),
         "missing file": (tmp / "nope.wav", ("nope.wav", "no such file")),
     }
 
 
 CASES = ["non-audio file", "0 samples", "0-byte file", "NaN sample", "truncated header",
-         "missing file"]
+         "missing file", "PCM values in a float file"]
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -20,7 +20,7 @@ def run(args) -> int:
 
     import torch
 
-    from qsa.enhance import enhance_path
+    from qsa.enhancement import enhance_path
     from qsa.hub import load
 
     if args.threads:

@@ -21,6 +21,61 @@ from .fileio import atomic_path
 
 MODEL_SR = 16000
 AUDIO_EXTS = (".wav", ".flac", ".ogg")
+# float audio is full scale at 1.0; a peak this far above it (+60 dB) is not a level but a
+# unit mistake (PCM integers stored as floats, a wrong gain), and enhancing it gives noise
+MAX_FLOAT_PEAK = 1000.0
+
+
+def check_rate(sr) -> int:
+    """A sample rate as a positive int, or an :class:`AudioError` naming the value."""
+    ok = isinstance(sr, int | np.integer) or (isinstance(sr, float | np.floating) and sr == int(sr))
+    if isinstance(sr, bool) or not ok or not 1000 <= int(sr) <= 768_000:
+        raise AudioError(
+            f"sample rate {sr!r}: expected a whole number of Hz between 1000 and 768000 "
+            "(e.g. 16000 or 48000)"
+        )
+    return int(sr)
+
+
+def as_float_audio(audio, what: str = "audio") -> np.ndarray:
+    """``audio`` as float32 (N,) or (N, C): integer PCM scaled to [-1, 1), everything else
+    that is not real, finite, sample-major audio at a sane level an :class:`AudioError`."""
+    x = np.asarray(audio)
+    if x.dtype.kind in "iu" and x.dtype.itemsize > 1 or x.dtype == np.uint8:
+        if x.dtype == np.uint8:  # 8-bit PCM is offset binary
+            x = (x.astype(np.float32) - 128.0) / 128.0
+        else:
+            x = x.astype(np.float64) / float(2 ** (8 * x.dtype.itemsize - 1))
+    elif x.dtype.kind == "c":
+        raise AudioError(f"{what} is complex ({x.dtype}); expected real samples (pass .real "
+                         "or the signal before its FFT)")
+    elif x.dtype.kind != "f":
+        raise AudioError(f"{what} has dtype {x.dtype}; expected float samples in [-1, 1] or "
+                         "integer PCM (int16, int32, uint8)")
+    if x.ndim not in (1, 2) or x.size == 0:
+        raise AudioError(f"{what} of shape {np.shape(audio)}: expected (N,) or (N, C), N > 0")
+    if x.ndim == 2 and x.shape[1] > x.shape[0]:
+        raise AudioError(
+            f"{what} of shape {x.shape}: more channels than samples, so it looks channel-first "
+            "(C, N); pass it transposed (audio.T): expected (N,) or (N, C)"
+        )
+    bad = ~np.isfinite(x)
+    if bad.any():
+        first = int(np.argwhere(bad)[0, 0])
+        raise AudioError(f"{what} contains {int(bad.sum())} NaN or Inf sample(s) (first at "
+                         f"sample {first}); expected finite samples: clean or re-export it")
+    check_level(x, what)
+    return x.astype(np.float32, copy=False)
+
+
+def check_level(x: np.ndarray, what: str) -> None:
+    peak = float(np.max(np.abs(x))) if x.size else 0.0
+    if peak > MAX_FLOAT_PEAK:
+        raise AudioError(
+            f"{what} peaks at {peak:.3g}, {20 * np.log10(peak):.0f} dB above full scale; float "
+            "audio is expected in [-1, 1] (integer PCM stored as float: divide by 32768 for "
+            "16-bit)"
+        )
 
 
 def _model_rate(model: nn.Module) -> int:
@@ -72,20 +127,18 @@ def enhance_chunks(
 
 
 def enhance(audio, sr: int, model: nn.Module | str = "qcgan-35k") -> np.ndarray:
-    """Enhance a mono (N,) or multichannel (N, C) float array at rate ``sr``; returns mono
-    at ``sr``."""
+    """Enhance a mono (N,) or multichannel (N, C) array at rate ``sr``: float samples in
+    [-1, 1] or integer PCM (scaled to it); returns mono float32 at ``sr``, as long as the
+    input."""
     import soxr
 
     from .hub import load
 
+    sr = check_rate(sr)
+    x = as_float_audio(audio)
     model = load(model) if isinstance(model, str | os.PathLike) else model
-    x = np.asarray(audio)
     if x.ndim == 2:
         x = x.mean(axis=1)
-    if x.ndim != 1 or x.size == 0:
-        raise AudioError(f"audio of shape {np.shape(audio)}: expected (N,) or (N, C), N > 0")
-    if not np.all(np.isfinite(x)):
-        raise AudioError("audio contains NaN or Inf samples; clean or re-export the input")
     msr = _model_rate(model)
     x16 = soxr.resample(x.astype(np.float32), sr, msr) if sr != msr else x.astype(np.float32)
     left, right = _context(model)
@@ -137,6 +190,7 @@ def enhance_file(
             for i, b in enumerate(f.blocks(blocksize=block, dtype="float32", always_2d=True)):
                 if not np.all(np.isfinite(b)):
                     raise AudioError(f"{src}: NaN or Inf samples near {i * block_s:.0f} s")
+                check_level(b, f"{src} (near {i * block_s:.0f} s)")
                 m = b.mean(axis=1)
                 last = f.tell() >= n
                 yield rs_in.resample_chunk(m, last=last) if rs_in else m
