@@ -608,9 +608,12 @@ class TFLMExporter(LiteRTExporter):
         self.files.append(write_op_resolver(self.op_list, self.out_dir))
 
     def runtime(self):
-        from .tflm import bisect_arena
+        from .tflm import arena_breakdown, bisect_arena
 
         self.arena = bisect_arena(self.artifact)
+        breakdown = arena_breakdown(self.artifact, self.arena["arena_bytes"])
+        if breakdown:
+            self.arena["breakdown"] = breakdown
         return load_runtime(
             "tflm", self.artifact, host_dsp=False, arena_size=self.arena["arena_bytes"]
         )

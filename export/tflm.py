@@ -223,6 +223,74 @@ def _arena_works(path: str | os.PathLike, arena_size: int) -> bool:
     return True
 
 
+_ALLOC_KEYS = {
+    "TfLiteEvalTensor data": "eval_tensors",
+    "NodeAndRegistration struct": "nodes",
+    "Persistent buffer data": "op_data",
+    "Persistent TfLiteTensor data": "persistent_tensors",
+    "Persistent TfLiteTensor quantization data": "persistent_quantization",
+}
+
+
+def parse_allocations(text: str) -> dict[str, Any]:
+    """TFLM's ``RecordingMicroAllocator`` report (``print_allocations``) as numbers: the
+    persistent tail, the planned head (activations and scratch buffers), and the tail's parts,
+    each with its byte count and number of allocations."""
+    import re
+
+    out: dict[str, Any] = {}
+    for key, name in (("total", "recorded_bytes"), ("head", "head_bytes"),
+                      ("tail", "tail_bytes")):
+        m = re.search(rf"Arena allocation {key} (\d+) bytes", text)
+        if m:
+            out[name] = int(m.group(1))
+    for label, name in _ALLOC_KEYS.items():
+        m = re.search(rf"'{re.escape(label)}' used (\d+) bytes .*? for (\d+) ", text)
+        if m:
+            out[name] = {"bytes": int(m.group(1)), "count": int(m.group(2))}
+    return out
+
+
+def arena_breakdown(path: str | os.PathLike, arena_bytes: int) -> dict[str, Any]:
+    """Where a working arena of ``arena_bytes`` goes, from TFLM's recording allocator: the
+    persistent tail (per-tensor ``TfLiteEvalTensor``s, per-op ``NodeAndRegistration``s, op
+    data such as per-channel multipliers), the head (activations, planned), and what
+    allocation needs only while it plans (``init_planning_bytes``: the arena minus what stays
+    allocated; the planner's per-tensor records live there). Struct sizes are this host's
+    (64-bit pointers); a 32-bit MCU build spends less on the pointer-holding structs. Empty
+    when the interpreter cannot report (older tflite-micro)."""
+    import tempfile
+
+    with tempfile.TemporaryFile(mode="w+b") as cap:
+        pid = os.fork() if hasattr(os, "fork") else -1
+        if pid == 0:  # child: the report is C++ stdout, captured through the file
+            code = 1
+            try:
+                import faulthandler
+
+                faulthandler.disable()
+                os.dup2(cap.fileno(), 1)
+                os.dup2(cap.fileno(), 2)
+                from tflite_micro.python.tflite_micro import runtime
+
+                it = runtime.Interpreter.from_file(str(path), arena_size=int(arena_bytes))
+                it.print_allocations()
+                code = 0
+            finally:
+                os._exit(code)
+        if pid < 0:
+            return {}
+        _, status = os.waitpid(pid, 0)
+        if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+            return {}
+        cap.seek(0)
+        parts = parse_allocations(cap.read().decode("utf-8", "replace"))
+    if "recorded_bytes" in parts:
+        parts["init_planning_bytes"] = max(0, int(arena_bytes) - parts["recorded_bytes"])
+        parts["pointer_bits"] = 8 * np.dtype(np.intp).itemsize
+    return parts
+
+
 def bisect_arena(path: str | os.PathLike, align: int = 16, limit: int = 64 << 20) -> dict:
     """Smallest working arena (multiple of ``align``), by doubling then bisection."""
     hi = 4096

@@ -146,6 +146,17 @@ def test_tflm_int8_is_integer_only_and_arena_is_minimal(tmp_path_factory):
     arena = result.report["memory"]["arena_bytes"]
     assert arena_works(result.artifact, arena)
     assert not arena_works(result.artifact, arena - 1024)
+    # where the arena goes, from TFLM's recording allocator: one node per op, one eval tensor
+    # per tensor of the file, and the parts add up to the measured arena
+    b = result.report["memory"]["breakdown"]
+    from ai_edge_litert import schema_py_generated as schema
+
+    sg = schema.ModelT.InitFromPackedBuf(result.artifact.read_bytes(), 0).subgraphs[0]
+    assert b["nodes"]["count"] == len(sg.operators) == len(ops)
+    assert b["eval_tensors"]["count"] == len(sg.tensors)
+    assert b["head_bytes"] + b["tail_bytes"] == b["recorded_bytes"]
+    assert b["recorded_bytes"] + b["init_planning_bytes"] == arena
+    assert b["tail_bytes"] >= sum(b[k]["bytes"] for k in ("nodes", "eval_tensors", "op_data"))
     # the packed quaternion weights survive: int8 file well under the dense int8 size
     params = result.report["params"]
     assert result.report["bytes"] <= 1.25 * params + 24 * 1024

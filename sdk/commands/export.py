@@ -66,6 +66,14 @@ def run(args) -> int:
     print(f"wrote {result.artifact} ({r['bytes']:,} bytes, {r['bytes_per_param']:.2f} B/param)")
     print(f"  verified in {args.target}: {parity}")
     print(f"  memory: {ram:,} bytes" if ram else "  memory: -")
+    b = mem.get("breakdown") or {}
+    if all(k in b for k in ("tail_bytes", "nodes", "eval_tensors", "op_data", "head_bytes",
+                            "init_planning_bytes")):
+        print(f"    = {b['tail_bytes']:,} persistent ({b['nodes']['count']} op nodes "
+              f"{b['nodes']['bytes']:,}, {b['eval_tensors']['count']} tensors "
+              f"{b['eval_tensors']['bytes']:,}, op data {b['op_data']['bytes']:,}) + "
+              f"{b['head_bytes']:,} activations + {b['init_planning_bytes']:,} planning at init "
+              f"({b['pointer_bits']}-bit host)")
     print(f"  host latency/hop: median {lat['median_ms']:.3f} ms, p99 {lat['p99_ms']:.3f} ms")
     if "profile" in r:
         v = r["profile"]
