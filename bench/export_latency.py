@@ -1,6 +1,12 @@
 """Export every model x target x precision, verify it, and tabulate size and latency per hop.
 
     .venv/bin/python bench/export_latency.py --models toy qcgan-35k --out bench_out/export
+    .venv/bin/python bench/export_latency.py --models qcgan-0.89m-causal --untrained
+
+``--untrained``: presets without shipped weights are built from their config with seeded
+random weights. Size, memory, MACs and latency per hop do not depend on the weight values
+(the export still verifies each artifact against PyTorch); quality numbers of such a model
+mean nothing, and int8 ranges are calibrated on its untrained activations.
 
 Writes OUT/<model>/<target>-<precision>/ (artifact + report.json), OUT/results.json (every
 report, or the error of a failed export) and OUT/results.md (the table). One thread: latency
@@ -17,7 +23,7 @@ import warnings
 from pathlib import Path
 
 
-def build(name: str):
+def build(name: str, untrained: bool = False):
     import torch
 
     if name == "toy":
@@ -25,8 +31,13 @@ def build(name: str):
 
         torch.manual_seed(0)
         return ToyStep(ToyStreamingQNet().eval())
-    from qsa.hub import load
+    from qsa.hub import load, shipped_weights
 
+    if untrained and shipped_weights(name) is None:
+        from qsa.models.registry import build_model, preset_config
+
+        torch.manual_seed(0)
+        return build_model(preset_config(name)).eval()
     return load(name)
 
 
@@ -36,6 +47,9 @@ def main(argv=None) -> int:
     ap.add_argument("--targets", nargs="+", default=["onnx", "executorch", "litert", "tflm"])
     ap.add_argument("--precisions", nargs="+", default=["fp32", "int8"])
     ap.add_argument("--out", default="bench_out/export")
+    ap.add_argument("--untrained", action="store_true",
+                    help="build presets without shipped weights with random weights (size, "
+                    "memory and latency only)")
     args = ap.parse_args(argv)
 
     import torch
@@ -48,7 +62,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     rows, failures = [], []
     for name in args.models:
-        model = build(name)
+        model = build(name, args.untrained)
         for target in args.targets:
             for precision in args.precisions:
                 d = out / name / f"{target}-{precision}"

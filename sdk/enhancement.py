@@ -136,7 +136,7 @@ def enhance(audio, sr: int, model: nn.Module | str = "qcgan-35k") -> np.ndarray:
 
     sr = check_rate(sr)
     x = as_float_audio(audio)
-    model = load(model) if isinstance(model, str | os.PathLike) else model
+    model = load(model, allow_untrained=False) if isinstance(model, str | os.PathLike) else model
     if x.ndim == 2:
         x = x.mean(axis=1)
     msr = _model_rate(model)

@@ -24,7 +24,8 @@ def load(
 
     * a path to a packed model file (``.qsa``): verified and rebuilt;
     * a shipped model name (e.g. ``"qcgan-35k"``): its packed weights from the package;
-    * any other registered preset: freshly initialised (``allow_untrained=False`` refuses).
+    * any other registered preset: freshly initialised, with a warning saying so (for
+      training; ``allow_untrained=False`` refuses).
     """
     from .models.registry import build_model, preset_config, preset_names
     from .quantize import load_packed
@@ -42,6 +43,14 @@ def load(
                 f"{s!r} has no shipped weights in this install; train it with "
                 f"`qsa train {s}` or pass a packed model file"
             )
+        import warnings
+
+        warnings.warn(
+            f"{s!r} has no shipped weights in this install: returning a freshly initialised "
+            "(untrained) model; load a packed model file for trained weights",
+            UserWarning,
+            stacklevel=2,
+        )
         return build_model(preset_config(s)).eval()
     raise ConfigError(
         f"{s!r} is neither a model file nor a known model; known models: " f"{preset_names()}"

@@ -72,3 +72,17 @@ def test_bad_arrays_are_clean_errors(case, model):
         except AudioError as e:
             assert words in str(e), (words, str(e))
             raise
+
+
+def test_a_preset_without_weights_is_refused_not_run_untrained():
+    """qsa.enhance never enhances with random weights; qsa.load returns them (for training)
+    only with a warning that says so."""
+    from qsa.errors import ConfigError
+    from qsa.hub import shipped_weights
+
+    assert shipped_weights("qcgan-0.89m") is None  # update this test when it ships
+    with pytest.raises(ConfigError, match="no shipped weights"):
+        qsa.enhance(R, 16000, model="qcgan-0.89m")
+    with pytest.warns(UserWarning, match="freshly initialised"):
+        m = qsa.load("qcgan-0.89m")
+    assert sum(p.numel() for p in m.parameters()) > 800_000
