@@ -93,22 +93,13 @@ def model_digest(model) -> str:
     return h.hexdigest()
 
 
-# The qsa.export sources that decide what an artifact holds (graph rewrite, quantisers,
-# calibration data, lowering, budget check): an artifact cached by other code is rebuilt.
-EXPORT_SOURCES = ("exporters.py", "rewrite.py", "quantizers.py", "step.py", "tflm.py",
-                  "calib.py", "profiles.py")
-
-
 def export_code_digest() -> str:
-    """sha256 of ``EXPORT_SOURCES`` in the installed qsa.export."""
-    import qsa.export
+    """Digest of the code that decides what an artifact holds (exporters, quantisers,
+    calibration, layers, models, DSP; :mod:`qsa.export.codedigest`): an artifact cached by
+    other code is rebuilt."""
+    from qsa.export.codedigest import graph_code_digest
 
-    h = hashlib.sha256()
-    root = Path(qsa.export.__file__).parent
-    for name in EXPORT_SOURCES:
-        p = root / name
-        h.update(name.encode() + (p.read_bytes() if p.is_file() else b"-"))
-    return h.hexdigest()
+    return graph_code_digest()
 
 
 @dataclass

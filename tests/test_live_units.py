@@ -249,7 +249,8 @@ def test_export_cache_key_follows_the_weights(tmp_path):
 def test_export_cache_key_follows_the_graph_code(tmp_path):
     """The key also hashes the source of the code that builds the exported graph: after an
     exporter or model change (same weights, same version) the live app re-exports."""
-    from qsa.apps.live.processors import _graph_roots, _source_digest
+    from qsa.export.codedigest import graph_roots as _graph_roots
+    from qsa.export.codedigest import source_digest as _source_digest
 
     roots = {p.as_posix() for p in _graph_roots()}
     for part in ("export", "models", "layers"):

@@ -174,3 +174,34 @@ def test_bench_command_end_to_end(tmp_path):
     rows = res["datasets"][0]["results"]["noisereduce"]["rows"]
     assert len(rows) == 2 and all(row["pesq_wb"] is not None for row in rows)
     assert list(tmp_path.glob("bench_pesq_vs_params_*.png"))  # next to the markdown
+
+
+def test_qsa_entrant_artifacts_follow_the_weights(tmp_path):
+    """The bench reuses an exported artifact only for the same weights and export code: after
+    new weights (a re-shipped model) it re-exports. Before, a verified artifact in the cache
+    folder was reused whatever the weights, and the bench scored the old model."""
+    import torch
+
+    from bench.peers.qsa_models import _runner
+    from qsa.export.toy import ToyStep, ToyStreamingQNet
+
+    torch.manual_seed(0)
+    model = ToyStep(ToyStreamingQNet().eval())
+    x = np.random.default_rng(0).standard_normal(64 * 20).astype(np.float32) * 0.1
+    run, *_ = _runner("toy", model, "onnx", "fp32", tmp_path, 0, True)
+    y0 = run(x)
+    artifact = tmp_path / "toy" / "onnx-fp32" / "model.onnx"
+    mtime = artifact.stat().st_mtime_ns
+    run, *_ = _runner("toy", model, "onnx", "fp32", tmp_path, 0, True)  # same weights: reused
+    assert artifact.stat().st_mtime_ns == mtime
+    np.testing.assert_array_equal(run(x), y0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(0.5)
+    run, *_ = _runner("toy", model, "onnx", "fp32", tmp_path, 0, True)
+    assert artifact.stat().st_mtime_ns != mtime
+    from qsa.export.step import stream_torch
+
+    ref, _ = stream_torch(model, torch.from_numpy(x))
+    np.testing.assert_allclose(run(x), ref.numpy(), atol=1e-4)
+    assert np.abs(run(x) - y0).max() > 1e-3

@@ -202,30 +202,13 @@ def _cache_root() -> Path:
     return Path(base) / "qsa" / "live"
 
 
-_GRAPH_PACKAGES = ("qsa.export", "qsa.layers", "qsa.models", "qsa.quantize", "qsa.audio")
-
-
-def _graph_roots() -> list[Path]:
-    import importlib
-
-    return [Path(importlib.import_module(n).__file__).parent for n in _GRAPH_PACKAGES]
-
-
-def _source_digest(roots: list[Path]) -> bytes:
-    """sha256 over every .py file (relative name and bytes) under ``roots``."""
-    h = hashlib.sha256()
-    for root in roots:
-        for f in sorted(root.rglob("*.py")):
-            h.update(str(f.relative_to(root)).encode())
-            h.update(f.read_bytes())
-    return h.digest()
-
-
 def _graph_code_digest() -> bytes:
-    """Digest of the source of the packages that shape an exported graph (exporters, layers,
-    models, quantisation, DSP): an edited exporter or model file, in a release or an editable
-    checkout, never reuses an artifact the old code exported."""
-    return _source_digest(_graph_roots())
+    """Digest of the source of the packages that shape an exported graph
+    (:mod:`qsa.export.codedigest`): an edited exporter or model file never reuses an artifact
+    the old code exported."""
+    from qsa.export.codedigest import graph_code_digest
+
+    return bytes.fromhex(graph_code_digest())
 
 
 def _model_key(model: str, module) -> str:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 from pathlib import Path
 
 import numpy as np
@@ -202,14 +201,12 @@ def _runner(mname, model, rt: str, prec: str, artifact_dir, packed_bytes: int, c
     if rt == "torch":  # causal int8: the packed-int8 reference, streamed hop by hop
         rt_obj = TorchRuntime(model, precision=prec)
         return _streamer(rt_obj), packed_bytes, "packed .qsa file", True
-    from qsa.export import export_model
-    from qsa.export.exporters import ARTIFACT_NAMES
+    from qsa.apps.compare import build_artifact
 
+    # cached per model weights + config, export code, runtime and precision (the same cache
+    # as `qsa compare`): new weights or an edited exporter never reuse an old artifact
     out = Path(artifact_dir) / Path(str(mname)).stem / f"{rt}-{prec}"
-    artifact = out / ARTIFACT_NAMES[rt]
-    report = out / "report.json"
-    fresh = artifact.is_file() and report.is_file()
-    if not (fresh and json.loads(report.read_text()).get("verified", False)):
-        export_model(model, rt, prec, out, model_name=str(mname), force=True)
+    out.mkdir(parents=True, exist_ok=True)
+    artifact, _, _, _ = build_artifact(model, str(mname), rt, prec, out)
     runtime = load_runtime(rt, artifact)
     return _streamer(runtime), artifact.stat().st_size, f"{artifact.name} from qsa.export", True
