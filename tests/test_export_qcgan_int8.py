@@ -64,16 +64,20 @@ def test_saved_artifact_streams_in_tflm_and_litert(tflm_int8, reference):
     """load_runtime on the saved file rebuilds the host DSP from report.json; both
     interpreters stream the utterance at the int8 floor and agree with each other."""
     wave, ref = reference
-    outs = {}
+    outs, vs_fp32 = {}, {}
     for kind in ("tflm", "litert"):
         rt = load_runtime(kind, tflm_int8.artifact)
         assert isinstance(rt, SplitRuntime) and rt.hop == 128
         outs[kind] = rt.run_utterance(wave)
-        assert sqnr_db(ref, outs[kind]) >= INT8_SQNR_FLOOR_DB, kind
+        vs_fp32[kind] = sqnr_db(ref, outs[kind])
+        assert vs_fp32[kind] >= INT8_SQNR_FLOOR_DB, kind
     # same integer graph, two kernel sets (LiteRT's optimised int8 kernels, TFLM's reference
-    # ones) that round some ops differently, the layer norms' two-axis MEAN most (measured
-    # 29.6 dB apart, each 28-30 dB from fp32): near-identical audio, not bit-identical
-    assert sqnr_db(outs["litert"], outs["tflm"]) > 25
+    # ones) that round some ops differently, the layer norms' two-axis MEAN most: the two
+    # outputs are no further apart than two independent int8 roundings of the graph would be
+    # (each error at its SQNR from fp32: apart by at most 3 dB less), e.g. 12-03 morning
+    # weights 28-30 dB from fp32 and 29.6 dB apart, 12-03 evening weights 25.1 and 24.8 dB
+    apart = sqnr_db(outs["litert"], outs["tflm"])
+    assert apart >= min(vs_fp32.values()) - 3.1, (apart, vs_fp32)
     raw = load_runtime("tflm", tflm_int8.artifact, host_dsp=False)
     assert not isinstance(raw, SplitRuntime)
 
