@@ -55,6 +55,23 @@ def test_train_writes_packed_models_with_card(corpus, tmp_path):
     r2 = subprocess.run(train_args(corpus, out, "--max-steps", "3"), capture_output=True,
                         text=True, env=ENV, timeout=600)
     assert r2.returncode == 2 and "--resume" in r2.stderr
+    # --init from the run (its checkpoint): a warm start takes the generator AND the trained
+    # discriminator, not a fresh one that pulls the generator off for its first epochs
+    from qsa.models.discriminator import MetricDiscriminator
+    from qsa.models.registry import build_model, preset_config
+    from qsa.train.checkpoint import load_checkpoint
+    from qsa.train.se import init_weights
+
+    g, d = build_model(preset_config("qcgan-35k")), MetricDiscriminator()
+    assert init_weights(g, str(out), d) == "generator+discriminator"
+    g2, d2 = build_model(preset_config("qcgan-35k")), MetricDiscriminator()
+    load_checkpoint(out / "checkpoint.safetensors", {"generator": g2, "discriminator": d2},
+                    restore_rng=False)
+    for a, b in ((g, g2), (d, d2)):
+        for (k, v), w in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+            assert torch.equal(v, w), k
+    assert any(not torch.equal(v, w) for v, w in zip(
+        d.state_dict().values(), MetricDiscriminator().state_dict().values(), strict=True))
 
 
 @pytest.mark.slow

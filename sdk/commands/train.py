@@ -28,8 +28,9 @@ def register(sub) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                    help="auto: CUDA when available (each torchrun rank on its LOCAL_RANK GPU)")
     p.add_argument("--init", default="",
-                   help="start from these weights: a packed model file or a shipped model "
-                        "name (fine-tuning)")
+                   help="start from these weights (fine-tuning): a packed model file or a "
+                        "shipped model name (the generator), or a run's checkpoint / run "
+                        "folder (generator and discriminator; new optimisers and schedule)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     p.add_argument("--force", action="store_true", help="start over in an existing OUT")
     p.add_argument("--no-progress", action="store_true")

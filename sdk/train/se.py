@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from qsa.errors import ConfigError
+from qsa.errors import ConfigError, QsaError
 from qsa.fileio import atomic_write_text, ensure_dir
 
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -330,21 +330,54 @@ def _val_pairs(pairs, n: int):
     return out
 
 
-def init_weights(gen: nn.Module, source: str) -> None:
-    """Copy the generator weights of ``source`` (a packed model file or a shipped model name)
-    into ``gen``: fine-tuning. The two configs must agree exactly."""
+def init_weights(gen: nn.Module, source: str, disc: nn.Module | None = None) -> str:
+    """Start from ``source``: fine-tuning. A packed model file or a shipped model name gives
+    the generator's weights; a training checkpoint (``RUN/checkpoint.safetensors`` or the
+    ``RUN`` folder) gives the generator's *and* the discriminator's, so a new run (fresh
+    optimisers, a new schedule) warm-starts without an untrained discriminator pulling the
+    generator off for its first epochs. The configs must agree exactly. Returns what was
+    loaded ("generator" or "generator+discriminator")."""
     from qsa.hub import load
 
+    ckpt = Path(source)
+    if ckpt.is_dir() and (ckpt / "checkpoint.safetensors").is_file():
+        ckpt = ckpt / "checkpoint.safetensors"
+    if ckpt.is_file() and ckpt.suffix == ".safetensors" and _is_checkpoint(ckpt):
+        from .checkpoint import load_checkpoint
+
+        modules = {"generator": gen}
+        if disc is not None:
+            modules["discriminator"] = disc
+        try:
+            load_checkpoint(ckpt, modules, restore_rng=False)
+        except QsaError as e:
+            raise ConfigError(f"--init {source}: {e}; pass a checkpoint of a run of the same "
+                              "model") from None
+        return "+".join(modules)
     try:
         src = load(source, dequantize=True, allow_untrained=False)
     except (OSError, ValueError) as e:
         raise ConfigError(f"--init {source}: cannot be loaded ({e}); pass a packed model "
-                          "file (.qsa) or a shipped model name") from None
+                          "file (.qsa), a shipped model name or a run's checkpoint") from None
     a, b = getattr(src, "config", None), getattr(gen, "config", None)
     if a != b:
         raise ConfigError(f"--init {source}: its config {a} differs from the preset's {b}; "
                           "pass weights of the same model")
     gen.load_state_dict(src.state_dict())
+    return "generator"
+
+
+def _is_checkpoint(path: Path) -> bool:
+    from safetensors import safe_open
+
+    from .checkpoint import FORMAT
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata() or {}
+        return json.loads(meta.get("qsa", "{}")).get("format") == FORMAT
+    except Exception:
+        return False
 
 
 def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = True):
@@ -368,10 +401,10 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
         val_set = parse_data_spec(cfg.data, split="test")
     dataset = CropDataset(train_pairs, cfg.segment_seconds, cfg.seed)
     gen = build_model(preset_config(cfg.model))
-    if cfg.init and not resume:
-        init_weights(gen, cfg.init)
-    gen = gen.to(device)
     disc = MetricDiscriminator()
+    if cfg.init and not resume:
+        init_weights(gen, cfg.init, disc)
+    gen = gen.to(device)
     losses = GeneratorLosses()
     trainer = Trainer(cfg, dataset, _val_pairs(val_set, cfg.val_items) if rank == 0 else [],
                       gen, disc, losses, progress=progress)
