@@ -327,10 +327,10 @@ class TFLMRuntime(Runtime):
             self.interpreter = runtime.Interpreter.from_bytes(self._data, arena_size=arena_size)
         except Exception as e:  # the TFLM binding raises RuntimeError/ValueError variants
             raise ExportError(f"TFLM could not load {path} (arena {arena_size}): {e}") from None
-        from .tflm import _quiet_native_output
+        from .tflm import _native_output_to
 
         ins, outs = [], []
-        with _quiet_native_output():  # probing past the last input/output prints a C++ error
+        with _native_output_to(None):  # probing past the last input/output prints a C++ error
             while True:
                 try:
                     ins.append(_detail(self.interpreter.get_input_details(len(ins))))

@@ -158,50 +158,58 @@ def write_c_array(
 
 
 @contextlib.contextmanager
-def _quiet_native_output():
-    """Silence the C++ interpreter's stdout/stderr (failed allocations print by design)."""
+def _native_output_to(fd: int | None = None):
+    """Send the C++ interpreter's stdout/stderr to ``fd`` (default: discard them; failed
+    allocations print by design)."""
     import sys
 
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]
-    devnull = os.open(os.devnull, os.O_WRONLY)
+    target = os.open(os.devnull, os.O_WRONLY) if fd is None else os.dup(fd)
     try:
-        os.dup2(devnull, 1)
-        os.dup2(devnull, 2)
+        os.dup2(target, 1)
+        os.dup2(target, 2)
         yield
     finally:
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
-        for fd in (*saved, devnull):
-            os.close(fd)
+        for f in (*saved, target):
+            os.close(f)
+
+
+def _in_child(fn, output_fd: int | None = None) -> bool:
+    """Run ``fn()`` in a forked child with the native output sent to ``output_fd`` (default:
+    discarded); True when it returned true. TFLM's allocator can crash instead of failing
+    cleanly, and that must never take the calling process down: a crash counts as False."""
+    pid = os.fork()
+    if pid == 0:  # child: report by exit status, never return into the caller
+        code = 2
+        # a crash here is an expected outcome: no "Fatal Python error" stack dump from an
+        # inherited faulthandler (pytest enables one) in the exporter's log
+        import faulthandler
+
+        faulthandler.disable()
+        try:
+            with _native_output_to(output_fd):
+                code = 0 if fn() else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 def arena_works(path: str | os.PathLike, arena_size: int) -> bool:
     """True when the TFLM interpreter allocates and invokes the model in ``arena_size`` bytes.
 
-    Each probe runs in a forked child: TFLM's allocator can crash instead of failing cleanly
-    when an arena is just too small (seen: "Failed to allocate tail memory ... available
-    4294967292", then SIGSEGV in an op's Prepare), and a probe must never take the exporting
-    process down. A probe that crashes counts as "does not fit"."""
+    Each probe runs in a forked child (:func:`_in_child`): TFLM's allocator can crash when an
+    arena is just too small (seen: "Failed to allocate tail memory ... available
+    4294967292", then SIGSEGV in an op's Prepare). A probe that crashes counts as "does not
+    fit"."""
     if not hasattr(os, "fork"):
-        with _quiet_native_output():
+        with _native_output_to(None):
             return _arena_works(path, arena_size)
-    pid = os.fork()
-    if pid == 0:  # child: probe, report by exit status, never return into the caller
-        code = 2
-        # a crash here is an expected "does not fit": no "Fatal Python error" stack dump
-        # from an inherited faulthandler (pytest enables one) in the exporter's log
-        import faulthandler
-
-        faulthandler.disable()
-        try:
-            with _quiet_native_output():
-                code = 0 if _arena_works(path, arena_size) else 1
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    return _in_child(lambda: _arena_works(path, arena_size))
 
 
 def _arena_works(path: str | os.PathLike, arena_size: int) -> bool:
@@ -261,27 +269,16 @@ def arena_breakdown(path: str | os.PathLike, arena_bytes: int) -> dict[str, Any]
     when the interpreter cannot report (older tflite-micro)."""
     import tempfile
 
-    with tempfile.TemporaryFile(mode="w+b") as cap:
-        pid = os.fork() if hasattr(os, "fork") else -1
-        if pid == 0:  # child: the report is C++ stdout, captured through the file
-            code = 1
-            try:
-                import faulthandler
+    def report() -> bool:
+        from tflite_micro.python.tflite_micro import runtime
 
-                faulthandler.disable()
-                os.dup2(cap.fileno(), 1)
-                os.dup2(cap.fileno(), 2)
-                from tflite_micro.python.tflite_micro import runtime
+        runtime.Interpreter.from_file(str(path), arena_size=int(arena_bytes)).print_allocations()
+        return True
 
-                it = runtime.Interpreter.from_file(str(path), arena_size=int(arena_bytes))
-                it.print_allocations()
-                code = 0
-            finally:
-                os._exit(code)
-        if pid < 0:
-            return {}
-        _, status = os.waitpid(pid, 0)
-        if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+    if not hasattr(os, "fork"):
+        return {}
+    with tempfile.TemporaryFile(mode="w+b") as cap:  # the report is C++ stdout
+        if not _in_child(report, cap.fileno()):
             return {}
         cap.seek(0)
         parts = parse_allocations(cap.read().decode("utf-8", "replace"))

@@ -41,11 +41,10 @@ def as_float_audio(audio, what: str = "audio") -> np.ndarray:
     """``audio`` as float32 (N,) or (N, C): integer PCM scaled to [-1, 1), everything else
     that is not real, finite, sample-major audio at a sane level an :class:`AudioError`."""
     x = np.asarray(audio)
-    if x.dtype.kind in "iu" and x.dtype.itemsize > 1 or x.dtype == np.uint8:
-        if x.dtype == np.uint8:  # 8-bit PCM is offset binary
-            x = (x.astype(np.float32) - 128.0) / 128.0
-        else:
-            x = x.astype(np.float64) / float(2 ** (8 * x.dtype.itemsize - 1))
+    if x.dtype == np.uint8:  # 8-bit PCM is offset binary
+        x = (x.astype(np.float32) - 128.0) / 128.0
+    elif x.dtype in (np.int16, np.int32):
+        x = x.astype(np.float64) / float(np.iinfo(x.dtype).max + 1)
     elif x.dtype.kind == "c":
         raise AudioError(f"{what} is complex ({x.dtype}); expected real samples (pass .real "
                          "or the signal before its FFT)")
@@ -140,7 +139,7 @@ def enhance(audio, sr: int, model: nn.Module | str = "qcgan-35k") -> np.ndarray:
     if x.ndim == 2:
         x = x.mean(axis=1)
     msr = _model_rate(model)
-    x16 = soxr.resample(x.astype(np.float32), sr, msr) if sr != msr else x.astype(np.float32)
+    x16 = soxr.resample(x, sr, msr) if sr != msr else x
     left, right = _context(model)
     y = np.concatenate(list(enhance_chunks(model, iter([x16]), 10 * msr, left, right)))
     y = soxr.resample(y, msr, sr) if sr != msr else y

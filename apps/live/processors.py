@@ -202,23 +202,15 @@ def _cache_root() -> Path:
     return Path(base) / "qsa" / "live"
 
 
-def _graph_code_digest() -> bytes:
-    """Digest of the source of the packages that shape an exported graph
-    (:mod:`qsa.export.codedigest`): an edited exporter or model file never reuses an artifact
-    the old code exported."""
-    from qsa.export.codedigest import graph_code_digest
-
-    return bytes.fromhex(graph_code_digest())
-
-
 def _model_key(model: str, module) -> str:
     """Cache key of an export: the model's name plus a hash of what determines the artifact,
     the weights and config (the module's state), the qsa version and the source of the code
     that builds the graph. New shipped weights or exporter code never reuse an old artifact."""
     import qsa
+    from qsa.export.codedigest import graph_code_digest
 
     h = hashlib.sha256(qsa.__version__.encode())
-    h.update(_graph_code_digest())
+    h.update(graph_code_digest().encode())
     cfg = getattr(module, "config", None)
     h.update(repr(cfg).encode())
     for k, v in module.state_dict().items():

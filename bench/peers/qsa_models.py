@@ -206,7 +206,6 @@ def _runner(mname, model, rt: str, prec: str, artifact_dir, packed_bytes: int, c
     # cached per model weights + config, export code, runtime and precision (the same cache
     # as `qsa compare`): new weights or an edited exporter never reuse an old artifact
     out = Path(artifact_dir) / Path(str(mname)).stem / f"{rt}-{prec}"
-    out.mkdir(parents=True, exist_ok=True)
     artifact, _, _, _ = build_artifact(model, str(mname), rt, prec, out)
     runtime = load_runtime(rt, artifact)
     return _streamer(runtime), artifact.stat().st_size, f"{artifact.name} from qsa.export", True

@@ -342,9 +342,7 @@ def init_weights(gen: nn.Module, source: str, disc: nn.Module | None = None) -> 
     ckpt = Path(source)
     if ckpt.is_dir() and (ckpt / "checkpoint.safetensors").is_file():
         ckpt = ckpt / "checkpoint.safetensors"
-    if ckpt.is_file() and ckpt.suffix == ".safetensors" and _is_checkpoint(ckpt):
-        from .checkpoint import load_checkpoint
-
+    if _is_checkpoint(ckpt):
         modules = {"generator": gen}
         if disc is not None:
             modules["discriminator"] = disc
@@ -368,15 +366,17 @@ def init_weights(gen: nn.Module, source: str, disc: nn.Module | None = None) -> 
 
 
 def _is_checkpoint(path: Path) -> bool:
-    from safetensors import safe_open
+    """A training checkpoint (not a packed model file, which is a qsa safe file too)."""
+    from qsa import safefile
+    from qsa.errors import FormatError
 
     from .checkpoint import FORMAT
 
+    if not path.is_file():
+        return False
     try:
-        with safe_open(str(path), "pt") as f:
-            meta = f.metadata() or {}
-        return json.loads(meta.get("qsa", "{}")).get("format") == FORMAT
-    except Exception:
+        return safefile.load(path)[1].get("format") == FORMAT
+    except FormatError:
         return False
 
 
