@@ -33,6 +33,10 @@ def register(sub) -> None:
                         "folder (generator and discriminator; new optimisers and schedule)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     p.add_argument("--force", action="store_true", help="start over in an existing OUT")
+    p.add_argument("--stoi-weight", type=float, default=0.0,
+                   help="weight of the differentiable STOI loss, 1 - STOI (0: off)")
+    p.add_argument("--sisdr-weight", type=float, default=0.0,
+                   help="weight of the -SI-SDR / 10 dB loss (0: off)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
 
@@ -48,6 +52,7 @@ def run(args) -> int:
         seed=args.seed, pesq_workers=args.pesq_workers, metric_gan=not args.no_metric_gan,
         metric_start=args.metric_start, val_items=args.val_items, ckpt_every=args.ckpt_every,
         threads=args.threads, init=args.init, device=args.device,
+        stoi_weight=args.stoi_weight, sisdr_weight=args.sisdr_weight,
     )
     from pathlib import Path
 

@@ -60,6 +60,8 @@ class TrainConfig:
     threads: int = 0  # 0: torch default
     init: str = ""  # start from these weights (a packed model file or a shipped model name)
     device: str = "auto"  # auto (cuda when available) | cpu | cuda
+    stoi_weight: float = 0.0  # differentiable-STOI loss weight (LossConfig.stoi_weight)
+    sisdr_weight: float = 0.0  # -SI-SDR/10 loss weight (LossConfig.sisdr_weight)
     version: int = 1
 
     def __post_init__(self):
@@ -71,6 +73,10 @@ class TrainConfig:
             raise ConfigError("learning rates must be > 0")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"device={self.device!r}; expected auto, cpu or cuda")
+        for name in ("stoi_weight", "sisdr_weight"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name}={getattr(self, name)}; loss weights must be >= 0 "
+                                  "(0 turns the term off)")
 
 
 def _dist_info() -> tuple[int, int]:
@@ -386,7 +392,7 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
     from qsa.models.registry import build_model, preset_config
     from qsa.quantize import save_packed
 
-    from ..models.discriminator import GeneratorLosses, MetricDiscriminator
+    from ..models.discriminator import GeneratorLosses, LossConfig, MetricDiscriminator
 
     device = resolve_device(cfg.device)
     started = _init_distributed(device)
@@ -405,7 +411,8 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
     if cfg.init and not resume:
         init_weights(gen, cfg.init, disc)
     gen = gen.to(device)
-    losses = GeneratorLosses()
+    losses = GeneratorLosses(LossConfig(stoi_weight=cfg.stoi_weight,
+                                        sisdr_weight=cfg.sisdr_weight))
     trainer = Trainer(cfg, dataset, _val_pairs(val_set, cfg.val_items) if rank == 0 else [],
                       gen, disc, losses, progress=progress)
     files = []
