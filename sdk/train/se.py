@@ -257,7 +257,7 @@ class Trainer:
             self.opt_d.zero_grad(set_to_none=True)
             loss_d.backward()
             self.opt_d.step()
-            out["loss_d"] = float(loss_d)
+            out["loss_d"] = float(loss_d.detach())
             ok = np.isfinite(p_enh)
             out["pesq"] = float(np.mean(p_enh[ok])) if ok.any() else float("nan")
             out["pesq_masked"] = int((~ok).sum())
