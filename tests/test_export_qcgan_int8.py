@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from qsa.export import INT8_SQNR_FLOOR_DB, export_model, load_runtime, sqnr_db
+from qsa.export import INT8_SQNR_FLOOR_DB, load_runtime, sqnr_db
 from qsa.export.calib import verification_utterance
 from qsa.export.split import SplitRuntime
 from qsa.export.step import stream_torch
@@ -32,10 +32,20 @@ def model():
 
 
 @pytest.fixture(scope="module")
-def tflm_int8(model, tmp_path_factory):
+def tflm_exporter(model, tmp_path_factory):
+    """The exporter after a full run (what export_model does), kept for its converter output."""
+    from qsa.export.exporters import EXPORTERS
+
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("qcgan35k-tflm-int8")
-    return export_model(model, "tflm", "int8", out, model_name="qcgan-35k")
+    exp = EXPORTERS["tflm"](model, "int8", out, model_name="qcgan-35k")
+    exp.result = exp.run()
+    return exp
+
+
+@pytest.fixture(scope="module")
+def tflm_int8(tflm_exporter):
+    return tflm_exporter.result
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +146,9 @@ def test_compaction_is_lossless_and_aligned(tflm_int8):
     plain = bytes(fbu.convert_object_to_bytearray(fbu.read_model_from_bytearray(data)))
     again, info = compact_tflite(plain)
     assert len(again) < 0.85 * len(plain), (len(again), len(plain))
+    # the artifact is already folded: nothing more to fold, the same graph
     assert info["before"]["ops"] == info["after"]["ops"] == sum(tflm_int8.report["ops"].values())
+    assert info["folded"]["ops"] == info["folded"]["tensors"] == 0
     assert len(compact_tflite(again)[0]) == len(again)  # idempotent
     c = tflm_int8.report["compaction"]
     assert c["after"]["bytes"] == tflm_int8.report["bytes"] < c["before"]["bytes"]
@@ -154,6 +166,41 @@ def test_compaction_is_lossless_and_aligned(tflm_int8):
         assert len(want) == len(got) > 0
         for w, g in zip(want, got, strict=True):
             assert np.array_equal(w, g), kind
+
+
+def test_reshape_folding_is_bit_exact_and_smaller(tflm_exporter, tmp_path):
+    """fold_reshapes on the converter's own output: shape inputs become options, reshapes
+    into FULLY_CONNECTED are bypassed, dead tensors and buffers go; every output of TFLM and
+    LiteRT stays bit-identical, and the file and the measured arena shrink."""
+    from ai_edge_litert import schema_py_generated as S
+
+    from qsa.export.tflite_compact import compact_tflite
+    from qsa.export.tflm import bisect_arena
+
+    raw = tmp_path / "raw.tflite"
+    tflm_exporter.converted.export(str(raw))
+    plain, _ = compact_tflite(raw.read_bytes(), fold=False)
+    folded, info = compact_tflite(raw.read_bytes(), fold=True)
+    f = info["folded"]
+    assert f["shape_inputs"] > 0 and f["bypassed"] > 0 and f["ops"] == f["bypassed"]
+    assert info["after"]["ops"] == info["before"]["ops"] - f["ops"]
+    assert info["after"]["tensors"] == info["before"]["tensors"] - f["tensors"]
+    assert len(folded) < len(plain)
+    m = S.Model.GetRootAs(folded, 0)
+    g = m.Subgraphs(0)
+    for i in range(g.OperatorsLength()):  # every reshape left reads its shape from options
+        op = g.Operators(i)
+        if m.OperatorCodes(op.OpcodeIndex()).BuiltinCode() == S.BuiltinOperator.RESHAPE:
+            assert op.InputsLength() == 1
+    for kind in ("tflm", "litert"):
+        want, got = _run_steps(kind, plain), _run_steps(kind, folded)
+        assert len(want) == len(got) > 0
+        for w, g in zip(want, got, strict=True):
+            assert np.array_equal(w, g), kind
+    (tmp_path / "plain.tflite").write_bytes(plain)
+    (tmp_path / "folded.tflite").write_bytes(folded)
+    assert (bisect_arena(tmp_path / "folded.tflite")["arena_bytes"]
+            < bisect_arena(tmp_path / "plain.tflite")["arena_bytes"])
 
 
 def test_arena_probes_never_crash(tflm_int8):

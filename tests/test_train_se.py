@@ -196,3 +196,38 @@ def test_stoi_and_sisdr_weights_are_validated_and_reach_the_loss(corpus, tmp_pat
                        capture_output=True, text=True, env=ENV, timeout=300)
     assert r.returncode != 0 and "stoi_weight=-2" in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
+
+
+def test_d_warmup_trains_the_critic_only(corpus, tmp_path):
+    """--d-warmup N: the first N steps update the discriminator while the generator stays
+    exactly at its --init weights; the generator trains from step N on. The flag is refused
+    without the MetricGAN it warms up."""
+    from safetensors.torch import load_file
+
+    from qsa.errors import ConfigError
+    from qsa.models.registry import build_model, preset_config
+    from qsa.train.se import TrainConfig, init_weights
+
+    def run(steps):
+        out = tmp_path / f"s{steps}"
+        r = subprocess.run(train_args(corpus, out, "--init", "qcgan-35k", "--d-warmup", "2",
+                                      "--max-steps", str(steps), "--pesq-workers", "0"),
+                           capture_output=True, text=True, env=ENV, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return load_file(str(out / "checkpoint.safetensors"))
+
+    one, two, three = run(1), run(2), run(3)
+    gen = build_model(preset_config("qcgan-35k"))
+    init_weights(gen, "qcgan-35k")
+    ref = gen.state_dict()
+    g_keys = [k for k in two if k.startswith("module.generator.")]
+    d_keys = [k for k in two if k.startswith("module.discriminator.")]
+    assert g_keys and d_keys
+    for k in g_keys:
+        name = k.removeprefix("module.generator.")
+        assert torch.equal(one[k], ref[name]) and torch.equal(two[k], ref[name]), k
+    assert any(not torch.equal(one[k], two[k]) for k in d_keys)  # the critic learns
+    assert any(not torch.equal(three[k], two[k]) for k in g_keys)  # step 3 trains G
+    with pytest.raises(ConfigError, match="d_warmup=5"):
+        TrainConfig(model="qcgan-35k", data=f"synth:{corpus}", out=str(tmp_path),
+                    d_warmup=5, metric_gan=False)

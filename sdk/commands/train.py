@@ -22,6 +22,9 @@ def register(sub) -> None:
                    help="train with the reconstruction losses only (no discriminator)")
     p.add_argument("--metric-start", type=int, default=0,
                    help="global step from which the MetricGAN loss is used")
+    p.add_argument("--d-warmup", type=int, default=0,
+                   help="first N steps train only the discriminator, the generator fixed "
+                        "(a fresh critic when fine-tuning with --init MODEL)")
     p.add_argument("--val-items", type=int, default=32)
     p.add_argument("--ckpt-every", type=int, default=100)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
@@ -50,7 +53,8 @@ def run(args) -> int:
         model=args.model, data=args.data, out=out, epochs=args.epochs, max_steps=args.max_steps,
         batch_size=args.batch_size, segment_seconds=args.segment, lr_g=args.lr, lr_d=args.lr_d,
         seed=args.seed, pesq_workers=args.pesq_workers, metric_gan=not args.no_metric_gan,
-        metric_start=args.metric_start, val_items=args.val_items, ckpt_every=args.ckpt_every,
+        metric_start=args.metric_start, d_warmup=args.d_warmup,
+        val_items=args.val_items, ckpt_every=args.ckpt_every,
         threads=args.threads, init=args.init, device=args.device,
         stoi_weight=args.stoi_weight, sisdr_weight=args.sisdr_weight,
     )

@@ -55,6 +55,7 @@ class TrainConfig:
     pesq_workers: int = 2
     metric_gan: bool = True
     metric_start: int = 0  # global step from which the MetricGAN loss and D updates run
+    d_warmup: int = 0  # first N steps update only D (G fixed): a fresh critic for a warm start
     val_items: int = 32
     ckpt_every: int = 100
     threads: int = 0  # 0: torch default
@@ -73,6 +74,11 @@ class TrainConfig:
             raise ConfigError("learning rates must be > 0")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"device={self.device!r}; expected auto, cpu or cuda")
+        if self.d_warmup < 0:
+            raise ConfigError(f"d_warmup={self.d_warmup}; expected a step count >= 0")
+        if self.d_warmup > 0 and not self.metric_gan:
+            raise ConfigError(f"d_warmup={self.d_warmup} trains only the discriminator, which "
+                              "metric_gan=False turns off; drop one of them")
         for name in ("stoi_weight", "sisdr_weight"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}={getattr(self, name)}; loss weights must be >= 0 "
@@ -216,27 +222,32 @@ class Trainer:
         L = self.losses
         noisy_np, clean_np = noisy.numpy(), clean.numpy()  # the batch arrives on the CPU
         noisy, clean = noisy.to(self.device), clean.to(self.device)
-        enh = self.G_ddp(noisy)  # (B, N)
+        g_on = self.state["global_step"] >= self.cfg.d_warmup
+        with torch.set_grad_enabled(g_on):
+            enh = self.G_ddp(noisy)  # (B, N)
         fut = None
         metric_on = self.cfg.metric_gan and self.state["global_step"] >= self.cfg.metric_start
         if metric_on:
             fut = self.pool.submit(clean_np, enh.detach().cpu().numpy())
             fut_noisy = self.pool.submit(clean_np, noisy_np)
         c_spec, e_spec = L.spec(clean), L.spec(enh)  # complex (B, F, T)
-        loss_g, parts = L.generator_loss(clean, enh, c_spec, e_spec)
-        if metric_on:
-            self.D.requires_grad_(False)  # D is a fixed critic in the generator step
-            d_fake = self.D(L.mag(c_spec), L.mag(e_spec))
-            self.D.requires_grad_(True)
-            metric = torch.mean((d_fake - 1.0) ** 2)
-            loss_g = loss_g + L.cfg.metric_weight * metric
-            parts["metric"] = float(metric.detach())
-        self.opt_g.zero_grad(set_to_none=True)
-        loss_g.backward()
-        torch.nn.utils.clip_grad_norm_(self.G.parameters(), self.cfg.grad_clip)
-        self.opt_g.step()
-        self.sched_g.step()
-        out = {"loss_g": float(loss_g.detach()), **parts}
+        if g_on:
+            loss_g, parts = L.generator_loss(clean, enh, c_spec, e_spec)
+            if metric_on:
+                self.D.requires_grad_(False)  # D is a fixed critic in the generator step
+                d_fake = self.D(L.mag(c_spec), L.mag(e_spec))
+                self.D.requires_grad_(True)
+                metric = torch.mean((d_fake - 1.0) ** 2)
+                loss_g = loss_g + L.cfg.metric_weight * metric
+                parts["metric"] = float(metric.detach())
+            self.opt_g.zero_grad(set_to_none=True)
+            loss_g.backward()
+            torch.nn.utils.clip_grad_norm_(self.G.parameters(), self.cfg.grad_clip)
+            self.opt_g.step()
+            self.sched_g.step()
+            out = {"loss_g": float(loss_g.detach()), **parts}
+        else:  # discriminator warm-up: the generator (and its schedule) wait
+            out = {"d_warmup": 1.0}
         if metric_on:
             p_enh = np.array(fut if isinstance(fut, list) else fut.result())
             p_noisy = np.array(fut_noisy if isinstance(fut_noisy, list) else fut_noisy.result())
