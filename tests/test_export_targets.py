@@ -242,3 +242,26 @@ def test_reexport_never_leaves_a_stale_report(tmp_path):
     done = run(1)
     new_sha = json.loads(done.report_path.read_text())["sha256"]
     assert new_sha == sha256_file(done.artifact) != old_sha
+
+
+def test_onnx_int8_fused_kernels_equal_the_qdq_graph(tmp_path_factory):
+    """onnxruntime fuses QuantizeLinear/DequantizeLinear pairs into int8 Conv/Gemm kernels
+    at session creation; on x86 without VNNI those saturate 16-bit pair sums unless the
+    weights are 7-bit (reduce_range). The fused session must compute what the QDQ graph
+    says, which the unoptimised session evaluates literally."""
+    import onnxruntime as ort
+
+    result = exported(tmp_path_factory, "onnx", "int8")
+    step = toy_step()
+    state = [s.numpy() for s in step.init_state(1)]
+    frame = VERIFY[: step.hop].reshape(1, step.hop).astype(np.float32)
+    outs = {}
+    for level in ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL"):
+        so = ort.SessionOptions()
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+        sess = ort.InferenceSession(str(result.artifact), so, providers=["CPUExecutionProvider"])
+        names = [i.name for i in sess.get_inputs()]
+        outs[level] = sess.run(None, dict(zip(names, [frame, *state], strict=True)))
+    for ref, fused in zip(outs["ORT_DISABLE_ALL"], outs["ORT_ENABLE_ALL"], strict=True):
+        scale = float(np.abs(ref).max()) or 1.0
+        assert float(np.abs(fused - ref).max()) <= 1e-2 * scale  # a saturated kernel was 20-400 % off
