@@ -450,9 +450,9 @@ def _tidy_onnx(path: Path) -> None:
     for node in model.graph:
         if node.op_type in ("Conv", "ConvTranspose", "Gemm") and len(node.inputs) == 3:
             bias = node.inputs[2]
-            if bias is not None and bias.const_value is not None:
-                if not np.any(bias.const_value.numpy()):
-                    node.resize_inputs(2)
+            const = None if bias is None else bias.const_value
+            if const is not None and not np.any(const.numpy()):
+                node.resize_inputs(2)
     passes.RemoveUnusedNodesPass()(model)
     ir.save(model, str(path))
 
