@@ -590,8 +590,11 @@ class LiteRTExporter(Exporter):
 
         with atomic_path(self.artifact) as tmp:
             self.converted.export(str(tmp))
-            # strings stripped and every distinct table written once, in one parse and write
-            data, self.compaction = compact_tflite(tmp.read_bytes())
+            # strings stripped and every distinct table written once, in one parse and write;
+            # int8: the converter's four-op PReLUs as one PRELU op (verified below)
+            data, self.compaction = compact_tflite(
+                tmp.read_bytes(), fuse=self.precision == "int8"
+            )
             tmp.write_bytes(data)
         self.files.append(self.artifact)
         self.check_graph()

@@ -24,8 +24,21 @@ interpreter needs (the same operators, tensors, buffers and numbers):
   and a RESHAPE nobody reads is removed; a graph input or output is never touched, nor a
   reshape whose two sides are quantised differently.
 
+* a RESHAPE into a run of elementwise ops (ADD, SUB, MUL with same-shaped or one-element
+  operands, LOGISTIC, RELU, RSQRT, QUANTIZE, ...) whose results only go on into RESHAPEs or
+  FULLY_CONNECTED inputs is *sunk*: the run's tensors take the reshape's input shape (an
+  elementwise op computes the same numbers in any shape of the same elements), the entry
+  reshapes go and an exit reshape that now maps a shape onto itself goes too (qcgan-35k's
+  SiLU and residual runs between linear layers).
+
 Unreferenced tensors and buffers are dropped and indices renumbered; a file that carries an
 offline memory plan (which indexes tensors) is left unfolded.
+
+``fuse_prelu`` (off by default, the exporters turn it on for int8) is the one rewrite that
+changes numbers: the four int8 ops a converter leaves for PReLU, relu(x) - alpha * relu(-x)
+(RELU, MUL by -1 with a fused RELU, MUL by alpha, SUB), become one PRELU op with the same
+alpha tensor and output quantisation, i.e. two requantisations fewer (qcgan-35k: 7 PReLUs,
+21 ops and tensors fewer); the exporters' verify stage checks the result against PyTorch.
 
 Weights keep their 16-byte alignment. Callers verify the result in the real runtime (the
 exporters' verify stage runs the compacted file), and ``tests/test_tflite_compact.py`` checks
@@ -144,17 +157,19 @@ def _counts(model, nbytes: int) -> dict[str, int]:
 
 
 def compact_tflite(
-    data: bytes, strip_strings: bool = True, fold: bool = True
+    data: bytes, strip_strings: bool = True, fold: bool = True, fuse: bool = False
 ) -> tuple[bytes, dict[str, Any]]:
     """(compacted flatbuffer, {"before": ..., "after": ...} with bytes, ops and tensors, and
     "folded": what ``fold_reshapes`` removed).
 
     ``strip_strings``: also drop tensor names, the description and the signature table (what
     TFLite's own ``strip_strings`` drops; nothing the interpreters read, inputs and outputs keep
-    their subgraph order), in the same parse and write. ``fold``: run ``fold_reshapes``."""
+    their subgraph order), in the same parse and write. ``fold``: run ``fold_reshapes``.
+    ``fuse``: run ``fuse_prelu`` first (not bit-identical: verify the result)."""
     S = _schema()
     model = S.ModelT.InitFromPackedBuf(bytearray(data), 0)
     before = _counts(model, len(data))
+    fused = fuse_prelu(model) if fuse else 0
     folded = fold_reshapes(model) if fold else {}
     if strip_strings:
         from ai_edge_litert.tools import flatbuffer_utils as fbu
@@ -170,6 +185,8 @@ def compact_tflite(
     info = {"before": before, "after": _counts(model, len(out))}
     if fold:
         info["folded"] = folded
+    if fuse:
+        info["fused_prelu"] = fused
     return out, info
 
 
@@ -193,7 +210,7 @@ def fold_reshapes(model) -> dict[str, int]:
     """Fold RESHAPEs in place (see the module header); counts of what went."""
     S = _schema()
     names = {getattr(S.BuiltinOperator, n): n for n in dir(S.BuiltinOperator) if n.isupper()}
-    done = {"shape_inputs": 0, "bypassed": 0, "ops": 0, "tensors": 0, "buffers": 0}
+    done = {"shape_inputs": 0, "bypassed": 0, "sunk": 0, "ops": 0, "tensors": 0, "buffers": 0}
     if any(md.name in (b"OfflineMemoryAllocation", "OfflineMemoryAllocation")
            for md in model.metadata or []):
         return done
@@ -242,34 +259,21 @@ def fold_reshapes(model) -> dict[str, int]:
                 readers.setdefault(src, []).append(u)
             readers[dst] = []
             done["bypassed"] += 1
-        live = [op for op in ops if not (
-            kind(op) == "RESHAPE" and int(op.outputs[0]) not in keep
-            and not readers.get(int(op.outputs[0])))]
+        done["sunk"] += _sink_reshapes(model, sg, kind, keep)
+        live = sg.operators
+        while True:  # drop reshapes nobody reads (a dead chain goes link by link)
+            read = {int(i) for op in live for i in op.inputs}
+            left = [op for op in live if not (
+                kind(op) == "RESHAPE" and int(op.outputs[0]) not in keep
+                and int(op.outputs[0]) not in read)]
+            if len(left) == len(live):
+                break
+            live = left
         done["ops"] += len(ops) - len(live)
         sg.operators = live
-        used = set(keep)
-        for op in live:
-            used |= {int(i) for i in op.inputs if int(i) >= 0}
-            used |= {int(i) for i in op.outputs if int(i) >= 0}
-            used |= {int(i) for i in (op.intermediates if op.intermediates is not None else [])}
-        order = [i for i in range(len(tensors)) if i in used]
-        new = {old: n for n, old in enumerate(order)}
-        done["tensors"] += len(tensors) - len(order)
-        sg.tensors = [tensors[i] for i in order]
-
-        def remap(v, new=new):
-            return [new[int(i)] if int(i) >= 0 else int(i) for i in v]
-
-        for op in live:
-            op.inputs, op.outputs = remap(op.inputs), remap(op.outputs)
-            if op.intermediates is not None:
-                op.intermediates = remap(op.intermediates)
-        sg.inputs, sg.outputs = remap(sg.inputs), remap(sg.outputs)
-        si = model.subgraphs.index(sg)
-        for sd in model.signatureDefs or []:
-            if sd.subgraphIndex == si:
-                for tm in (sd.inputs or []) + (sd.outputs or []):
-                    tm.tensorIndex = new[int(tm.tensorIndex)]
+        n_tensors = len(tensors)
+        _drop_unused_tensors(model, sg)
+        done["tensors"] += n_tensors - len(sg.tensors)
     bufs = model.buffers or []
     if bufs:
         ref = {0} | {md.buffer for md in model.metadata or []}
@@ -284,6 +288,238 @@ def fold_reshapes(model) -> dict[str, int]:
         for md in model.metadata or []:
             md.buffer = new[md.buffer]
     return done
+
+
+_UNARY = {"LOGISTIC", "RELU", "RELU6", "RELU_N1_TO_1", "TANH", "RSQRT", "QUANTIZE", "ABS", "NEG"}
+_BINARY = {"ADD", "SUB", "MUL"}
+
+
+def _shape(t) -> tuple[int, ...] | None:
+    return None if t.shape is None else tuple(int(v) for v in t.shape)
+
+
+def _sink_reshapes(model, sg, kind, keep: set[int]) -> int:
+    """Sink RESHAPEs through elementwise runs (see the module header), in place; how many
+    runs were relabelled. Each pass takes one reshape whose run qualifies, relabels the run's
+    tensors with the reshape's input shape and points the run at the reshape's source (and at
+    the sources of the run's other entry reshapes); a RESHAPE left mapping a shape onto itself
+    is bypassed. Repeats until nothing changes."""
+    tensors = sg.tensors
+    done = 0
+
+    def rebuild():
+        ops = sg.operators
+        prod = {int(o): op for op in ops for o in op.outputs}
+        readers: dict[int, list] = {}
+        for op in ops:
+            for i in op.inputs:
+                if int(i) >= 0:
+                    readers.setdefault(int(i), []).append(op)
+        return ops, prod, readers
+
+    def region_of(d: int, src_shape, prod, readers):
+        """(tensors to relabel, {entry tensor: its reshape's source}) or None."""
+        dshape = _shape(tensors[d])
+        roots, region, members, todo = {d: None}, set(), [], [d]
+        while todo:
+            t = todo.pop()
+            if t in region:
+                continue
+            if t in keep:
+                return None
+            region.add(t)
+            for u in readers.get(t, []):
+                k = kind(u)
+                if any(u is m for m in members):
+                    continue
+                if k in _UNARY or k in _BINARY:
+                    if getattr(u, "intermediates", None) is not None and len(u.intermediates):
+                        return None
+                    outs = [int(o) for o in u.outputs]
+                    if any(_shape(tensors[o]) != dshape for o in outs):
+                        return None  # a broadcast: the op's shape is not the run's
+                    for i in (int(i) for i in u.inputs):
+                        if i < 0 or i in region or i in todo:
+                            continue
+                        sh = _shape(tensors[i])
+                        if sh is not None and int(np.prod(sh)) == 1 and len(sh) <= len(src_shape):
+                            continue  # a one-element operand broadcasts in any shape
+                        p = prod.get(i)
+                        if (sh == dshape and p is not None and kind(p) == "RESHAPE"
+                                and i not in keep
+                                and _shape(tensors[int(p.inputs[0])]) == src_shape
+                                and _same_quant(tensors[int(p.inputs[0])], tensors[i])):
+                            roots[i] = int(p.inputs[0])  # another entry of the same shape
+                            todo.append(i)
+                            continue
+                        return None
+                    members.append(u)
+                    todo.extend(outs)
+                elif k == "RESHAPE" and int(u.inputs[0]) == t:
+                    continue  # an exit: a reshape takes any input shape
+                elif (k == "FULLY_CONNECTED" and int(u.inputs[0]) == t
+                      and t not in [int(i) for i in u.inputs[1:]] and _rows_out(tensors, u)):
+                    continue  # an exit: rows of the weights' depth, whatever the shape
+                else:
+                    return None
+        return region, roots
+
+    changed = True
+    while changed:
+        changed = False
+        ops, prod, readers = rebuild()
+        for r in ops:
+            if kind(r) != "RESHAPE":
+                continue
+            s, d = int(r.inputs[0]), int(r.outputs[0])
+            src_shape, dshape = _shape(tensors[s]), _shape(tensors[d])
+            if (d in keep or not readers.get(d) or src_shape is None or dshape is None
+                    or src_shape == dshape or not _same_quant(tensors[s], tensors[d])):
+                continue
+            found = region_of(d, src_shape, prod, readers)
+            if found is None:
+                continue
+            region, roots = found
+            roots[d] = s
+            for t in region - set(roots):
+                tensors[t].shape = np.asarray(src_shape, np.int32)
+                if tensors[t].shapeSignature is not None:
+                    tensors[t].shapeSignature = np.asarray(src_shape, np.int32)
+            for t, src in roots.items():
+                for u in readers.get(t, []):
+                    u.inputs = [src if int(i) == t else int(i) for i in u.inputs]
+            for u in ops:
+                if (kind(u) == "FULLY_CONNECTED" and int(u.inputs[0]) in region | {s}
+                        and u.builtinOptions is not None):
+                    u.builtinOptions.keepNumDims = False
+            done += 1
+            changed = True
+            break
+        if changed:
+            continue
+        for r in ops:  # reshapes that now map a shape onto itself
+            s, d = int(r.inputs[0]), int(r.outputs[0])
+            if (kind(r) == "RESHAPE" and d not in keep and readers.get(d)
+                    and _shape(tensors[s]) == _shape(tensors[d])
+                    and _same_quant(tensors[s], tensors[d])):
+                for u in readers[d]:
+                    u.inputs = [s if int(i) == d else int(i) for i in u.inputs]
+                changed = True
+                break
+    return done
+
+
+def fuse_prelu(model) -> int:
+    """RELU(x), MUL(x, -1; fused RELU), MUL(., alpha), SUB -> PRELU(x, alpha), in place (int8
+    graphs; see the module header); how many were fused. The intermediate results must have
+    no other reader. Not bit-identical (two requantisations fewer): verify the result."""
+    S = _schema()
+    names = {getattr(S.BuiltinOperator, n): n for n in dir(S.BuiltinOperator) if n.isupper()}
+
+    def kind(op) -> str:
+        oc = model.operatorCodes[op.opcodeIndex]
+        return names.get(max(oc.builtinCode, oc.deprecatedBuiltinCode), "")
+
+    def opcode(name: str) -> int:
+        code = getattr(S.BuiltinOperator, name)
+        for i, oc in enumerate(model.operatorCodes):
+            if max(oc.builtinCode, oc.deprecatedBuiltinCode) == code:
+                return i
+        oc = S.OperatorCodeT()
+        oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, min(code, 127), 1
+        model.operatorCodes.append(oc)
+        return len(model.operatorCodes) - 1
+
+    def fused(op) -> int:
+        o = op.builtinOptions
+        return 0 if o is None else int(getattr(o, "fusedActivationFunction", 0))
+
+    n = 0
+    for sg in model.subgraphs:
+        tensors = sg.tensors
+        keep = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
+        ops = sg.operators or []
+        prod = {int(o): op for op in ops for o in op.outputs}
+        readers: dict[int, int] = {}
+        for op in ops:
+            for i in op.inputs:
+                readers[int(i)] = readers.get(int(i), 0) + 1
+
+        def value(t: int, tensors=tensors):
+            tt = tensors[t]
+            q = tt.quantization
+            if tt.type != S.TensorType.INT8 or not _is_const(model, tt) or _qkey(q) is None:
+                return None
+            raw = np.frombuffer(bytes(model.buffers[tt.buffer].data), np.int8).astype(np.float64)
+            return (raw - np.asarray(q.zeroPoint, np.float64)) * np.asarray(q.scale, np.float64)
+
+        def private(t: int, keep=keep, readers=readers) -> bool:
+            return t not in keep and readers.get(t, 0) == 1
+
+        dead: set[int] = set()
+        for sub in [op for op in ops if kind(op) == "SUB" and not fused(op)]:
+            if tensors[int(sub.outputs[0])].type != S.TensorType.INT8:
+                continue
+            pos, neg = int(sub.inputs[0]), int(sub.inputs[1])
+            relu, scaled = prod.get(pos), prod.get(neg)
+            if relu is None or scaled is None or kind(relu) != "RELU":
+                continue
+            if kind(scaled) != "MUL" or fused(scaled):
+                continue
+            x = int(relu.inputs[0])
+            ins = [int(i) for i in scaled.inputs]
+            flips = [i for i in ins if prod.get(i) is not None and kind(prod[i]) == "MUL"]
+            if len(flips) != 1 or len(set(ins)) != 2:
+                continue
+            flip = prod[flips[0]]
+            alpha = next(i for i in ins if i != flips[0])
+            if value(alpha) is None or fused(flip) != S.ActivationFunctionType.RELU:
+                continue
+            fin = [int(i) for i in flip.inputs]
+            others = [i for i in fin if i != x]
+            if x not in fin or len(others) != 1:
+                continue
+            minus = value(others[0])
+            if minus is None or minus.size != 1 or abs(float(minus.item()) + 1.0) > 1e-2:
+                continue
+            if not (private(pos) and private(flips[0]) and private(neg)):
+                continue
+            sub.opcodeIndex = opcode("PRELU")
+            sub.inputs = [x, alpha]
+            sub.builtinOptionsType, sub.builtinOptions = 0, None
+            dead |= {id(relu), id(flip), id(scaled)}
+            n += 1
+        sg.operators = [op for op in ops if id(op) not in dead]
+        if dead:
+            _drop_unused_tensors(model, sg)
+    return n
+
+
+def _drop_unused_tensors(model, sg) -> None:
+    """Drop the tensors no op, input or output of ``sg`` references (indices renumbered)."""
+    tensors = sg.tensors
+    used = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
+    for op in sg.operators:
+        used |= {int(i) for i in op.inputs if int(i) >= 0}
+        used |= {int(i) for i in op.outputs if int(i) >= 0}
+        used |= {int(i) for i in (op.intermediates if op.intermediates is not None else [])}
+    order = [i for i in range(len(tensors)) if i in used]
+    new = {old: n for n, old in enumerate(order)}
+    sg.tensors = [tensors[i] for i in order]
+
+    def remap(v):
+        return [new[int(i)] if int(i) >= 0 else int(i) for i in v]
+
+    for op in sg.operators:
+        op.inputs, op.outputs = remap(op.inputs), remap(op.outputs)
+        if op.intermediates is not None:
+            op.intermediates = remap(op.intermediates)
+    sg.inputs, sg.outputs = remap(sg.inputs), remap(sg.outputs)
+    si = model.subgraphs.index(sg)
+    for sd in model.signatureDefs or []:
+        if sd.subgraphIndex == si:
+            for tm in (sd.inputs or []) + (sd.outputs or []):
+                tm.tensorIndex = new[int(tm.tensorIndex)]
 
 
 def _share_empty_buffers(model) -> None:
