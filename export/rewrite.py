@@ -271,6 +271,7 @@ class ExportQuaternionLayerNorm(nn.Module):
             raise ExportError(f"reduce={reduce!r}; expected one of {NORM_REDUCES}")
         self.n, self.eps, self.reduce = norm.n, norm.eps, reduce
         self.gain = nn.Parameter(0.5 * norm.gain.detach().clone())
+        self.apply_gain = True  # False once ``fold_norm_gains`` moved it into the next layer
         if reduce == "linear":
             self.register_buffer("unit_mean", torch.full((1, self.n), 1.0 / self.n))
             self.register_buffer("all_mean", torch.full((1, 4 * self.n), 0.25 / self.n))
@@ -284,7 +285,10 @@ class ExportQuaternionLayerNorm(nn.Module):
         else:
             q = q - q.mean(dim=-1, keepdim=True)
             p = (q * q).mean(dim=(-2, -1), keepdim=True)  # (..., 1, 1)
-        return (q * torch.rsqrt(p + self.eps / 4) * self.gain).reshape(x.shape)
+        q = q * torch.rsqrt(p + self.eps / 4)
+        if self.apply_gain:
+            q = q * self.gain
+        return q.reshape(x.shape)
 
 
 class ExportPReLU(nn.Module):
@@ -330,7 +334,8 @@ def prepare_for_export(
     """Copy of ``model`` (eval) with every quaternion layer (fp32 or packed int8 reference)
     replaced by ``ExportQuaternionLayer``; the numbers are unchanged (fp32 rounding aside).
     ``mix``: how the signed component selection is written ("conv" or "matmul", see _Mix).
-    ``fold_norm``: quaternion layer norms as ``ExportQuaternionLayerNorm`` with its means
+    ``fold_norm``: quaternion layer norms as ``ExportQuaternionLayerNorm`` (their gains moved
+    into the linears they feed where a module says so, ``fold_norm_gains``) with the means
     written as ``norm_reduce`` ("mean": mean ops, fewest TFLite ops; "linear": constant
     linear ops, which XNNPACK delegates)."""
     if mix not in MIX_MODES:
@@ -367,9 +372,36 @@ def prepare_for_export(
     if is_quaternion_layer(model):
         raise ExportError("prepare_for_export needs a model containing quaternion layers")
     visit(model, "")
+    if fold_norm:
+        fold_norm_gains(model)
     for p in model.parameters():
         p.requires_grad_(False)
     return model.eval()
+
+
+def fold_norm_gains(model: nn.Module) -> int:
+    """Move each folded norm's gain into the quaternion linears it feeds (in place); how many
+    norms lost their gain MUL. A module names its norm -> linear pairs in ``norm_feeds``
+    (("norm", ("up",)), ...): the norm's output goes only into those linears. The gain is
+    one real scalar per quaternion unit, so scaling input unit i of every weight component
+    is the same product: W (x) (g_i q_i) = (W g_i) (x) q_i."""
+    folded = 0
+    for m in model.modules():
+        for norm_name, targets in getattr(m, "norm_feeds", ()):
+            norm = m.get_submodule(norm_name)
+            layers = [m.get_submodule(t) for t in targets]
+            if not isinstance(norm, ExportQuaternionLayerNorm) or not norm.apply_gain:
+                continue
+            if not all(isinstance(q, ExportQuaternionLayer) and q.spatial == 0
+                       and q.n_in == norm.n for q in layers):
+                continue
+            g = norm.gain.detach().repeat(4)  # feature (a, i) -> gain of unit i
+            with torch.no_grad():
+                for q in layers:
+                    q.weight.mul_(g)
+            norm.apply_gain = False
+            folded += 1
+    return folded
 
 
 def export_layers(model: nn.Module) -> dict[str, ExportQuaternionLayer]:

@@ -210,7 +210,7 @@ def test_prelu_fusion_keeps_the_numbers(tflm_exporter, tflm_int8, reference, tmp
     (three ops and tensors fewer each); both interpreters stream the utterance from the fused
     file as close to the unfused one as two int8 roundings allow, and at the int8 floor from
     fp32. The exported artifact is the fused one."""
-    import shutil
+    import hashlib
 
     from qsa.export.tflite_compact import compact_tflite
 
@@ -229,7 +229,9 @@ def test_prelu_fusion_keeps_the_numbers(tflm_exporter, tflm_int8, reference, tmp
         d = tmp_path / name
         d.mkdir()
         (d / "model.tflite").write_bytes(data)
-        shutil.copy(tflm_int8.report_path, d / "report.json")
+        report = json.loads(tflm_int8.report_path.read_text())
+        report.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        (d / "report.json").write_text(json.dumps(report))
         counts = {}
         for o in tflite_ops(d / "model.tflite"):
             counts[o["op"]] = counts.get(o["op"], 0) + 1

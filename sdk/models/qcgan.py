@@ -195,6 +195,8 @@ class Enhanced(NamedTuple):
 class QuaternionFeedForward(nn.Module):
     """LN -> QLinear(C, mC) -> SiLU -> QLinear(mC, C)."""
 
+    norm_feeds = (("norm", ("up",)),)  # qsa.export.rewrite.fold_norm_gains
+
     def __init__(self, dim: int, mult: int):
         super().__init__()
         self.norm = QuaternionLayerNorm(dim)
@@ -208,6 +210,8 @@ class QuaternionFeedForward(nn.Module):
 class QuaternionConvModule(nn.Module):
     """Conformer conv module: LN -> QLinear -> SiLU -> depthwise QConv1d -> LN -> SiLU ->
     QLinear, over the sequence axis (causal: left context only, cache of kernel - 1)."""
+
+    norm_feeds = (("norm", ("pw1",)),)  # qsa.export.rewrite.fold_norm_gains
 
     def __init__(self, dim: int, kernel: int, causal: bool):
         super().__init__()
@@ -245,6 +249,9 @@ class QuaternionConvModule(nn.Module):
 
 class QuaternionConformer(nn.Module):
     """Macaron Conformer on (N, L, C): x + FFN/2, + MHSA, + conv, + FFN/2, LN."""
+
+    # the attention norm feeds only the q, k, v projections (qsa.export.rewrite.fold_norm_gains)
+    norm_feeds = (("attn_norm", ("attn.q_proj", "attn.k_proj", "attn.v_proj")),)
 
     def __init__(
         self, dim: int, heads: int, ffn_mult: int, kernel: int, causal: bool, window: int | None
