@@ -167,3 +167,30 @@ def test_single_row_bias_is_added_in_place():
         x = torch.randn(*shape)
         with torch.no_grad():
             assert torch.allclose(ex(x), layer(x), atol=1e-5), shape
+
+
+def test_norm_gains_fold_into_the_linears_they_feed():
+    """fold_norm: a norm whose module names it in ``norm_feeds`` hands its gain to the
+    quaternion linears it feeds (one MUL fewer per norm), with the same numbers; a norm not
+    named keeps its gain."""
+    from qsa.export.rewrite import ExportQuaternionLayerNorm
+    from qsa.models.qcgan import QuaternionConformer, QuaternionFeedForward
+
+    torch.manual_seed(0)
+    block = QuaternionConformer(16, 2, 2, 3, causal=True, window=8).eval()
+    for m in block.modules():
+        if hasattr(m, "gain"):
+            nn.init.uniform_(m.gain, 0.5, 2.0)
+    x = torch.randn(2, 6, 16)
+    with torch.no_grad():
+        want = block(x)
+        ex = prepare_for_export(block, fold_norm=True)
+        norms = {n: m for n, m in ex.named_modules() if isinstance(m, ExportQuaternionLayerNorm)}
+        folded = sorted(n for n, m in norms.items() if not m.apply_gain)
+        assert folded == ["attn_norm", "conv.norm", "ff1.norm", "ff2.norm"]
+        assert norms["norm"].apply_gain and norms["conv.norm2"].apply_gain  # not into a linear
+        assert torch.allclose(ex(x), want, atol=1e-5)
+        ff = QuaternionFeedForward(8, 2)
+        ff.norm_feeds = (("norm", ("down",)),)  # a wrong width: left alone, not folded
+        ex_ff = prepare_for_export(nn.Sequential(ff), fold_norm=True)
+        assert ex_ff[0].norm.apply_gain
