@@ -206,18 +206,37 @@ def _rows_out(tensors, fc) -> bool:
     return shape is not None and len(shape) == 2
 
 
-def fold_reshapes(model) -> dict[str, int]:
-    """Fold RESHAPEs in place (see the module header); counts of what went."""
+def _op_kind(model):
+    """op -> its builtin operator name ("RESHAPE", ...) in ``model``."""
     S = _schema()
     names = {getattr(S.BuiltinOperator, n): n for n in dir(S.BuiltinOperator) if n.isupper()}
-    done = {"shape_inputs": 0, "bypassed": 0, "sunk": 0, "ops": 0, "tensors": 0, "buffers": 0}
-    if any(md.name in (b"OfflineMemoryAllocation", "OfflineMemoryAllocation")
-           for md in model.metadata or []):
-        return done
 
     def kind(op) -> str:
         oc = model.operatorCodes[op.opcodeIndex]
         return names.get(max(oc.builtinCode, oc.deprecatedBuiltinCode), "")
+
+    return kind
+
+
+def _graph_index(ops) -> tuple[dict[int, Any], dict[int, list]]:
+    """({tensor: the op writing it}, {tensor: the ops reading it}) over ``ops``."""
+    prod = {int(o): op for op in ops for o in op.outputs}
+    readers: dict[int, list] = {}
+    for op in ops:
+        for i in op.inputs:
+            if int(i) >= 0:
+                readers.setdefault(int(i), []).append(op)
+    return prod, readers
+
+
+def fold_reshapes(model) -> dict[str, int]:
+    """Fold RESHAPEs in place (see the module header); counts of what went."""
+    S = _schema()
+    done = {"shape_inputs": 0, "bypassed": 0, "sunk": 0, "ops": 0, "tensors": 0, "buffers": 0}
+    if any(md.name in (b"OfflineMemoryAllocation", "OfflineMemoryAllocation")
+           for md in model.metadata or []):
+        return done
+    kind = _op_kind(model)
 
     for sg in model.subgraphs:
         ops, tensors = sg.operators or [], sg.tensors or []
@@ -259,7 +278,7 @@ def fold_reshapes(model) -> dict[str, int]:
                 readers.setdefault(src, []).append(u)
             readers[dst] = []
             done["bypassed"] += 1
-        done["sunk"] += _sink_reshapes(model, sg, kind, keep)
+        done["sunk"] += _sink_reshapes(sg, kind, keep)
         live = sg.operators
         while True:  # drop reshapes nobody reads (a dead chain goes link by link)
             read = {int(i) for op in live for i in op.inputs}
@@ -298,7 +317,7 @@ def _shape(t) -> tuple[int, ...] | None:
     return None if t.shape is None else tuple(int(v) for v in t.shape)
 
 
-def _sink_reshapes(model, sg, kind, keep: set[int]) -> int:
+def _sink_reshapes(sg, kind, keep: set[int]) -> int:
     """Sink RESHAPEs through elementwise runs (see the module header), in place; how many
     runs were relabelled. Each pass takes one reshape whose run qualifies, relabels the run's
     tensors with the reshape's input shape and points the run at the reshape's source (and at
@@ -307,20 +326,10 @@ def _sink_reshapes(model, sg, kind, keep: set[int]) -> int:
     tensors = sg.tensors
     done = 0
 
-    def rebuild():
-        ops = sg.operators
-        prod = {int(o): op for op in ops for o in op.outputs}
-        readers: dict[int, list] = {}
-        for op in ops:
-            for i in op.inputs:
-                if int(i) >= 0:
-                    readers.setdefault(int(i), []).append(op)
-        return ops, prod, readers
-
-    def region_of(d: int, src_shape, prod, readers):
+    def region_of(s: int, d: int, prod, readers):
         """(tensors to relabel, {entry tensor: its reshape's source}) or None."""
-        dshape = _shape(tensors[d])
-        roots, region, members, todo = {d: None}, set(), [], [d]
+        src_shape, dshape = _shape(tensors[s]), _shape(tensors[d])
+        roots, region, members, todo = {d: s}, set(), [], [d]
         while todo:
             t = todo.pop()
             if t in region:
@@ -367,7 +376,8 @@ def _sink_reshapes(model, sg, kind, keep: set[int]) -> int:
     changed = True
     while changed:
         changed = False
-        ops, prod, readers = rebuild()
+        ops = sg.operators
+        prod, readers = _graph_index(ops)
         for r in ops:
             if kind(r) != "RESHAPE":
                 continue
@@ -376,11 +386,10 @@ def _sink_reshapes(model, sg, kind, keep: set[int]) -> int:
             if (d in keep or not readers.get(d) or src_shape is None or dshape is None
                     or src_shape == dshape or not _same_quant(tensors[s], tensors[d])):
                 continue
-            found = region_of(d, src_shape, prod, readers)
+            found = region_of(s, d, prod, readers)
             if found is None:
                 continue
             region, roots = found
-            roots[d] = s
             for t in region - set(roots):
                 tensors[t].shape = np.asarray(src_shape, np.int32)
                 if tensors[t].shapeSignature is not None:
@@ -388,8 +397,9 @@ def _sink_reshapes(model, sg, kind, keep: set[int]) -> int:
             for t, src in roots.items():
                 for u in readers.get(t, []):
                     u.inputs = [src if int(i) == t else int(i) for i in u.inputs]
+            relabelled = region | set(roots.values())  # what FC exits now read
             for u in ops:
-                if (kind(u) == "FULLY_CONNECTED" and int(u.inputs[0]) in region | {s}
+                if (kind(u) == "FULLY_CONNECTED" and int(u.inputs[0]) in relabelled
                         and u.builtinOptions is not None):
                     u.builtinOptions.keepNumDims = False
             done += 1
@@ -414,11 +424,7 @@ def fuse_prelu(model) -> int:
     graphs; see the module header); how many were fused. The intermediate results must have
     no other reader. Not bit-identical (two requantisations fewer): verify the result."""
     S = _schema()
-    names = {getattr(S.BuiltinOperator, n): n for n in dir(S.BuiltinOperator) if n.isupper()}
-
-    def kind(op) -> str:
-        oc = model.operatorCodes[op.opcodeIndex]
-        return names.get(max(oc.builtinCode, oc.deprecatedBuiltinCode), "")
+    kind = _op_kind(model)
 
     def opcode(name: str) -> int:
         code = getattr(S.BuiltinOperator, name)
@@ -439,11 +445,7 @@ def fuse_prelu(model) -> int:
         tensors = sg.tensors
         keep = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
         ops = sg.operators or []
-        prod = {int(o): op for op in ops for o in op.outputs}
-        readers: dict[int, int] = {}
-        for op in ops:
-            for i in op.inputs:
-                readers[int(i)] = readers.get(int(i), 0) + 1
+        prod, readers = _graph_index(ops)
 
         def value(t: int, tensors=tensors):
             tt = tensors[t]
@@ -454,7 +456,7 @@ def fuse_prelu(model) -> int:
             return (raw - np.asarray(q.zeroPoint, np.float64)) * np.asarray(q.scale, np.float64)
 
         def private(t: int, keep=keep, readers=readers) -> bool:
-            return t not in keep and readers.get(t, 0) == 1
+            return t not in keep and len(readers.get(t, [])) == 1
 
         dead: set[int] = set()
         for sub in [op for op in ops if kind(op) == "SUB" and not fused(op)]:
