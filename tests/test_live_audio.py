@@ -32,10 +32,13 @@ from qsa.apps.live.pulse import PrivatePulse
 SR = 16000
 BLOCK_MS = 10.0
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("pulseaudio") is None or shutil.which("espeak-ng") is None,
-    reason="needs the pulseaudio and espeak-ng packages (scripts/system_packages.sh)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        shutil.which("pulseaudio") is None or shutil.which("espeak-ng") is None,
+        reason="needs the pulseaudio and espeak-ng packages (scripts/system_packages.sh)",
+    ),
+    pytest.mark.realtime,  # make test runs it alone: a loaded CPU drops real-time audio
+]
 
 
 # -- the audio server ------------------------------------------------------------------------
