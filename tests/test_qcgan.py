@@ -45,10 +45,11 @@ def _model(name: str, **changes) -> QCGAN:
 
 
 def _small_bins() -> QCGAN:
-    """The per-bin time path of qcgan-0.89m-causal at a test size, with a short window so that
+    """The per-bin time path (CMGAN's) on qcgan-0.89m-causal's STFT at a test size, with a short window so that
     the attention cache evicts within a few steps."""
     return _model(
         "qcgan-0.89m-causal",
+        time_path="bins",
         enc_channels=(8, 16),
         num_blocks=2,
         time_heads=1,
@@ -265,3 +266,26 @@ def test_training_device_is_checked():
         assert resolve_device("auto") == torch.device("cpu")
         with pytest.raises(ConfigError, match="no CUDA device"):
             resolve_device("cuda")
+
+
+@pytest.mark.parametrize("name", ["qcgan-35k", "qcgan-0.89m"])
+def test_training_path_is_the_same_function(name):
+    """Training runs the quaternion layers on their dense path (set_quaternion_path), export
+    and inference on the packed one: same outputs and same gradients on every parameter."""
+    from qsa.layers import set_quaternion_path
+
+    m = _model(name)
+    x = torch.randn(2, 4000) * 0.1
+    grads = {}
+    for path in ("packed", "dense"):
+        assert set_quaternion_path(m, path) > 10
+        m.zero_grad()
+        y = m(x)
+        y.pow(2).mean().backward()
+        grads[path] = (y.detach(), {n: p.grad.clone() for n, p in m.named_parameters()})
+    (yp, gp), (yd, gd) = grads["packed"], grads["dense"]
+    assert torch.allclose(yp, yd, atol=1e-5, rtol=1e-4)
+    for n in gp:
+        assert torch.allclose(gp[n], gd[n], atol=1e-6, rtol=1e-3), n
+    with pytest.raises(ValueError, match="expected one of"):
+        set_quaternion_path(m, "fast")

@@ -11,6 +11,7 @@ from .quaternion import (
     QuaternionLinear,
     is_quaternion_layer,
     quaternion_init_,
+    set_quaternion_path,
 )
 
 __all__ = [
@@ -29,4 +30,5 @@ __all__ = [
     "hamilton_product",
     "is_quaternion_layer",
     "quaternion_init_",
+    "set_quaternion_path",
 ]

@@ -33,6 +33,7 @@ from torch import nn
 
 from qsa.errors import ConfigError, QsaError
 from qsa.fileio import atomic_write_text, ensure_dir
+from qsa.layers import set_quaternion_path
 
 from .checkpoint import load_checkpoint, save_checkpoint
 from .pesq_pool import PesqPool, normalise_pesq
@@ -421,6 +422,7 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
     disc = MetricDiscriminator()
     if cfg.init and not resume:
         init_weights(gen, cfg.init, disc)
+    set_quaternion_path(gen, "dense")  # same function, 3-4x faster to train on a CPU
     gen = gen.to(device)
     losses = GeneratorLosses(LossConfig(stoi_weight=cfg.stoi_weight,
                                         sisdr_weight=cfg.sisdr_weight))
@@ -445,6 +447,7 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
             if cfg.init:
                 card["init"] = cfg.init
             gen = gen.cpu().eval()
+            set_quaternion_path(gen, "packed")  # the inference / export form
             for prec in ("fp32", "int8"):
                 f = out / f"{cfg.model}.{prec}.qsa"
                 save_packed(gen, f, precision=prec, card=card)
