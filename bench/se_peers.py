@@ -6,7 +6,8 @@ DATA: ``DIR``, ``synth:DIR``, ``voicebank:DIR`` or ``dns:DIR`` (qsa.data's reade
 the synthetic test split ``data/synth/test``; when it is missing, one is made under ``--out``
 (``qsa data synth``, or the generator's test items, or a small espeak-ng set).
 
-Runs the noisy input, qcgan-35k and qcgan-0.89m (fp32 and int8 on each runtime that builds),
+Runs the noisy input, qcgan-35k, qcgan-0.89m (offline: torch only) and its streaming variant
+qcgan-0.89m-causal (fp32 and int8 on each runtime that builds),
 RNNoise, DeepFilterNet3 and noisereduce; each peer at its native rate, resampled with soxr,
 delay-compensated, scored at 16 kHz. Writes ``--out``/results.json (default bench/out/se_peers,
 git-ignored), the markdown report (``--md``, default docs/benchmarks.md; also printed) and the
@@ -40,7 +41,7 @@ from bench.peers import corpus as corpus_mod  # noqa: E402
 
 SR = 16000
 DEFAULT_DATA = "data/synth/test"
-QSA_MODELS = ("qcgan-35k", "qcgan-0.89m")
+QSA_MODELS = ("qcgan-35k", "qcgan-0.89m", "qcgan-0.89m-causal")
 HEADLINE = ("pesq_wb", "pesq_nb", "stoi", "si_sdr", "csig", "cbak", "covl")
 
 

@@ -45,8 +45,8 @@ def _model(name: str, **changes) -> QCGAN:
 
 
 def _small_bins() -> QCGAN:
-    """The per-bin time path (CMGAN's) on qcgan-0.89m-causal's STFT at a test size, with a short window so that
-    the attention cache evicts within a few steps."""
+    """The per-bin time path (CMGAN's) on qcgan-0.89m-causal's STFT at a test size, with a
+    short window so that the attention cache evicts within a few steps."""
     return _model(
         "qcgan-0.89m-causal",
         time_path="bins",
