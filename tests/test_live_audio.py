@@ -653,7 +653,8 @@ def test_terminal_view_b_toggles_bypass_q_quits(pulse, enhancer, tmp_path):
 def test_startup_shortfalls_are_not_underruns(pulse, enhancer, monkeypatch):
     """A host that drains the output faster than real time before the first processed sample
     is played (the start-up burst) only plays more silence first: counted as start-up
-    shortfalls, not underruns. The same shortfall once the signal plays is an underrun."""
+    shortfalls, not underruns, and processed samples are held back until the burst ends (no
+    signal, gap, signal). The same shortfall once the signal plays is an underrun."""
     import sounddevice as sd
 
     from qsa.apps.live import LiveOptions, LiveSession
@@ -681,10 +682,14 @@ def test_startup_shortfalls_are_not_underruns(pulse, enhancer, monkeypatch):
         s = session.stats()
         assert s["startup_shortfalls"]["ring"] >= 2 and s["startup_shortfalls"]["device"] == 1
         assert s["underruns"] == 0 and s["xrun_times_s"] == []
-        # the worker catches up, processed samples play, then the host bursts again
+        assert not session._settled and session.growth > 0
+        # the host settles into real time (callbacks a block apart on PortAudio's clock), the
+        # worker catches up, processed samples play, then the host bursts again
         for _ in range(20):
             session._work_once()
+            ti.currentTime += blk / SR
             session._callback(indata, outdata, blk, ti, ok)
+        assert session._settled
         session._work_once()
         assert session._played > session.prefill
         base = session.stats()["underruns"]

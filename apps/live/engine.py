@@ -281,6 +281,13 @@ class LiveSession:
         self.startup_ring_shortfalls = 0
         self.startup_device_underflows = 0
         self._played = 0  # samples taken from the output ring (prefill zeros first)
+        # The start-up burst lasts until the host's first callback that comes at least half a
+        # block after the one before (on PortAudio's clock or ours). Until then processed
+        # samples are held back once the prefill is played (zeros instead, the delay grows by
+        # as much, within max_growth): a burst longer than the prefill would otherwise play a
+        # little signal and then a gap of zeros, an audible glitch 40-60 ms into the stream.
+        self._settled = False
+        self._half_block_s = 0.5 * B / sr
         self.file_underruns = 0
         self._late = 0  # samples played as zeros that will be skipped when they arrive
         self.growth = 0  # samples the pipeline delay grew by after shortfalls (<= max_growth)
@@ -530,6 +537,14 @@ class LiveSession:
             k = min(self._late, ring.available() - frames)
             if k > 0:
                 self._late -= ring.skip(k)
+        if not self._settled:
+            if max(self._pa_gap, self._cb_gap) >= self._half_block_s:
+                self._settled = True
+            elif self._played >= self.prefill and self.growth + frames <= self.max_growth:
+                outdata[:frames] = 0.0  # still the start-up burst: hold the signal back
+                self.growth += frames
+                self.startup_ring_shortfalls += 1
+                return
         n = ring.read_into(outdata)
         started = self._played > self.prefill  # the signal has reached the device
         self._played += n
