@@ -85,7 +85,8 @@ def main() -> None:
     recipe = " ".join(
         [f"qsa train {args.name} --data {card.get('data')}"]
         + [f"--{flag} {tc[key]}" for flag, key in (
-            ("epochs", "epochs"), ("batch-size", "batch_size"), ("segment", "segment_seconds"),
+            ("epochs", "epochs"), ("max-steps", "max_steps"), ("batch-size", "batch_size"),
+            ("segment", "segment_seconds"),
             ("lr", "lr_g"), ("lr-d", "lr_d"), ("metric-start", "metric_start"),
             ("threads", "threads"), ("seed", "seed"), ("init", "init")) if tc.get(key)])
     lines = [
