@@ -205,3 +205,13 @@ def test_qsa_entrant_artifacts_follow_the_weights(tmp_path):
     ref, _ = stream_torch(model, torch.from_numpy(x))
     np.testing.assert_allclose(run(x), ref.numpy(), atol=1e-4)
     assert np.abs(run(x) - y0).max() > 1e-3
+
+
+def test_artifact_folders_keep_model_names_apart(tmp_path):
+    from bench.peers.qsa_models import artifact_folder
+
+    names = ["qcgan-35k", "qcgan-0.89m", "qcgan-0.89m-causal"]
+    assert [artifact_folder(n) for n in names] == names
+    f = tmp_path / "my-model.qsa"
+    f.write_bytes(b"x")
+    assert artifact_folder(f) == "my-model"

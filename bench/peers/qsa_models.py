@@ -185,6 +185,14 @@ def _macs_from_step(model) -> dict:
         return {}
 
 
+def artifact_folder(mname) -> str:
+    """The cache folder of a model: a packed file by its stem, a model name as it is
+    ("qcgan-0.89m-causal" has no suffix: ``Path.stem`` would cut it to "qcgan-0", the folder
+    of "qcgan-0.89m" too)."""
+    p = Path(str(mname))
+    return p.stem if p.is_file() else str(mname)
+
+
 def _runner(mname, model, rt: str, prec: str, artifact_dir, packed_bytes: int, causal: bool):
     """(callable x -> y, artifact bytes, where the bytes come from, streams?)."""
     import copy
@@ -205,10 +213,7 @@ def _runner(mname, model, rt: str, prec: str, artifact_dir, packed_bytes: int, c
 
     # cached per model weights + config, export code, runtime and precision (the same cache
     # as `qsa compare`): new weights or an edited exporter never reuse an old artifact
-    # a packed file by its stem; a model name as it is ("qcgan-0.89m-causal" has no suffix:
-    # Path.stem would cut it to "qcgan-0" and put both 0.89M presets in one folder)
-    folder = Path(str(mname)).stem if Path(str(mname)).is_file() else str(mname)
-    out = Path(artifact_dir) / folder / f"{rt}-{prec}"
+    out = Path(artifact_dir) / artifact_folder(mname) / f"{rt}-{prec}"
     artifact, _, _, _ = build_artifact(model, str(mname), rt, prec, out)
     runtime = load_runtime(rt, artifact)
     return _streamer(runtime), artifact.stat().st_size, f"{artifact.name} from qsa.export", True
