@@ -47,8 +47,8 @@ Choices:
   of one frame (not temporal: fine for a causal model).
 * ``time_path="bins"`` (CMGAN): the time Conformer runs on every frequency bin's sequence
   (shared weights). MACs = 4 x params x bins x frames/s. At 0.89M parameters that is ~15
-  GMAC/s and ~5 s per training step on a 2-core CPU, so the presets do not use it (it stays
-  available for GPU-trained configs).
+  GMAC/s and ~14 s per training step (batch 4 x 1 s) on a 2-core CPU, so the presets do
+  not use it (it stays available for GPU-trained configs).
 * ``time_path="band"`` (both presets): the time Conformer runs once per frame on the
   flattened band features (C x F' -> band_dim). Its MACs are 4 x params x frames/s, which is
   what lets a 35K-parameter model stay under 40 MMAC/s (per-bin time modelling at that size

@@ -422,7 +422,9 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
     disc = MetricDiscriminator()
     if cfg.init and not resume:
         init_weights(gen, cfg.init, disc)
-    set_quaternion_path(gen, "dense")  # same function, 3-4x faster to train on a CPU
+    # same function, 3-4x faster to train on a CPU; the path is not part of the weights, so
+    # the files written below load (and export) on the packed path as before
+    set_quaternion_path(gen, "dense")
     gen = gen.to(device)
     losses = GeneratorLosses(LossConfig(stoi_weight=cfg.stoi_weight,
                                         sisdr_weight=cfg.sisdr_weight))
@@ -447,7 +449,6 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
             if cfg.init:
                 card["init"] = cfg.init
             gen = gen.cpu().eval()
-            set_quaternion_path(gen, "packed")  # the inference / export form
             for prec in ("fp32", "int8"):
                 f = out / f"{cfg.model}.{prec}.qsa"
                 save_packed(gen, f, precision=prec, card=card)
