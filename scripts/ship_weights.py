@@ -88,7 +88,9 @@ def main() -> None:
             ("epochs", "epochs"), ("max-steps", "max_steps"), ("batch-size", "batch_size"),
             ("segment", "segment_seconds"),
             ("lr", "lr_g"), ("lr-d", "lr_d"), ("metric-start", "metric_start"),
-            ("threads", "threads"), ("seed", "seed"), ("init", "init")) if tc.get(key)])
+            ("d-warmup", "d_warmup"), ("stoi-weight", "stoi_weight"),
+            ("sisdr-weight", "sisdr_weight"), ("threads", "threads"), ("seed", "seed"),
+            ("init", "init")) if tc.get(key)])
     lines = [
         f"# {args.name}: model card", "",
         f"- Architecture: QC-GAN generator, preset `{args.name}`; files `{args.name}.qsa` (fp32) "

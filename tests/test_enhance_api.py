@@ -79,10 +79,17 @@ def test_a_preset_without_weights_is_refused_not_run_untrained():
     only with a warning that says so."""
     from qsa.errors import ConfigError
     from qsa.hub import shipped_weights
+    from qsa.models import qcgan
+    from qsa.models.registry import _PRESETS, register_preset
 
-    assert shipped_weights("qcgan-0.89m") is None  # update this test when it ships
-    with pytest.raises(ConfigError, match="no shipped weights"):
-        qsa.enhance(R, 16000, model="qcgan-0.89m")
-    with pytest.warns(UserWarning, match="freshly initialised"):
-        m = qsa.load("qcgan-0.89m")
-    assert sum(p.numel() for p in m.parameters()) > 800_000
+    name = "qcgan-test-unshipped"  # a registered preset that has no weights in the package
+    register_preset(name, lambda: qcgan.qcgan_089m(causal=True))
+    try:
+        assert shipped_weights(name) is None
+        with pytest.raises(ConfigError, match="no shipped weights"):
+            qsa.enhance(R, 16000, model=name)
+        with pytest.warns(UserWarning, match="freshly initialised"):
+            m = qsa.load(name)
+        assert sum(p.numel() for p in m.parameters()) > 800_000
+    finally:
+        del _PRESETS[name]
