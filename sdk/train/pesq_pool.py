@@ -1,13 +1,18 @@
 """Batch PESQ in a pool of worker processes, for MetricGAN training and validation.
 
 A sample whose PESQ fails (silence, too short, ...) comes back as NaN and is masked by the
-caller; the rest of the batch is kept. Workers import only numpy and pesq (spawned, so
-they never inherit torch's thread pools).
+caller; the rest of the batch is kept. A worker that dies (killed, out of memory) breaks
+only the batches in flight: their samples come back as NaN and the next ``submit`` starts a
+fresh pool, with a warning, so a training run goes on instead of ending on
+``BrokenProcessPool``. Workers import only numpy and pesq (spawned, so they never inherit
+torch's thread pools).
 """
 
 from __future__ import annotations
 
+import warnings
 from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
@@ -36,14 +41,32 @@ class PesqPool:
         from qsa.workers import spawn_pool
 
         self._ex = spawn_pool(workers) if workers > 0 else None
+        self.restarts = 0  # pools started again after a worker died
 
     def submit(self, ref: np.ndarray, deg: np.ndarray) -> Future | list[float]:
         jobs = [(np.asarray(r, np.float64), np.asarray(d, np.float64), self.sr, self.mode)
                 for r, d in zip(ref, deg, strict=True)]
         if self._ex is None:
             return [_pesq_one(j) for j in jobs]
-        futs = [self._ex.submit(_pesq_one, j) for j in jobs]
+        try:
+            futs = [self._ex.submit(_pesq_one, j) for j in jobs]
+        except BrokenProcessPool:
+            self._restart()
+            futs = [self._ex.submit(_pesq_one, j) for j in jobs]
         return _Gather(futs)
+
+    def _restart(self) -> None:
+        from qsa.workers import kill_pool, spawn_pool
+
+        kill_pool(self._ex)
+        self.restarts += 1
+        warnings.warn(
+            f"a PESQ worker died (pool of {self.workers}); the batches it was scoring were "
+            f"masked and a new pool was started (restart {self.restarts})",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        self._ex = spawn_pool(self.workers)
 
     def __call__(self, ref, deg) -> np.ndarray:
         r = self.submit(ref, deg)
@@ -66,4 +89,10 @@ class _Gather:
         self.futs = futs
 
     def result(self) -> list[float]:
-        return [f.result() for f in self.futs]
+        out = []
+        for f in self.futs:
+            try:
+                out.append(f.result())
+            except BrokenProcessPool:  # its worker died: mask the sample, keep the batch
+                out.append(float("nan"))
+        return out
