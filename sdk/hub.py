@@ -23,6 +23,8 @@ def load(
     """Load a model.
 
     * a path to a packed model file (``.qsa``): verified and rebuilt;
+    * a ``qsa train`` run folder or its ``checkpoint.safetensors``: the generator as trained
+      so far (fp32), built from the preset the run names;
     * a shipped model name (e.g. ``"qcgan-35k"``): its packed weights from the package;
     * any other registered preset: freshly initialised, with a warning saying so (for
       training; ``allow_untrained=False`` refuses).
@@ -32,6 +34,12 @@ def load(
 
     s = str(name_or_path)
     p = Path(s)
+    if p.is_dir() and (p / "checkpoint.safetensors").is_file():
+        p = p / "checkpoint.safetensors"
+    from .train.checkpoint import generator_from_checkpoint, is_checkpoint
+
+    if is_checkpoint(p):
+        return generator_from_checkpoint(p)
     if p.suffix in (".qsa", ".safetensors") or p.is_file():
         return load_packed(p, dequantize=dequantize)
     w = shipped_weights(s)

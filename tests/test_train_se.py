@@ -72,6 +72,13 @@ def test_train_writes_packed_models_with_card(corpus, tmp_path):
             assert torch.equal(v, w), k
     assert any(not torch.equal(v, w) for v, w in zip(
         d.state_dict().values(), MetricDiscriminator().state_dict().values(), strict=True))
+    # the run folder or its checkpoint loads as the generator trained so far (what `qsa eval
+    # RUN` and `qsa enhance --model RUN` score before the run has finished)
+    for src in (out, out / "checkpoint.safetensors"):
+        g3 = qsa.load(src)
+        assert not g3.training
+        for (k, v), w in zip(g3.state_dict().items(), g2.state_dict().values(), strict=True):
+            assert torch.equal(v, w), k
 
 
 @pytest.mark.slow

@@ -8,7 +8,8 @@ def register(sub) -> None:
     p.add_argument("input", help="audio file (wav/flac/ogg) or folder")
     p.add_argument("output", help="output file, or folder for a folder input")
     p.add_argument("--model", default="qcgan-35k",
-                   help="qcgan-35k | qcgan-0.89m | a packed model file (default qcgan-35k)")
+                   help="qcgan-35k | qcgan-0.89m | a packed model file | a qsa train run "
+                   "folder or checkpoint (default qcgan-35k)")
     p.add_argument("--force", action="store_true", help="overwrite existing outputs")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     p.set_defaults(func=run)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 def register(sub) -> None:
     p = sub.add_parser("eval", help="score a model (or the noisy input) on a paired data set")
-    p.add_argument("model", help="qcgan-35k | qcgan-0.89m | a packed model file | noisy")
+    p.add_argument("model", help="qcgan-35k | qcgan-0.89m | a packed model file | a qsa train run "
+                   "folder or checkpoint | noisy")
     p.add_argument("--data", required=True, help="synth:DIR | voicebank:DIR | dns:DIR")
     p.add_argument("--split", default="test")
     p.add_argument("--limit", type=int, default=0, help="score only the first N items")

@@ -128,3 +128,29 @@ def load_checkpoint(
     if restore_rng:
         set_rng_state(tensors, meta["rng"])
     return meta["extra"]
+
+
+def is_checkpoint(path: str | os.PathLike) -> bool:
+    """A ``qsa train`` checkpoint (not a packed model file, which is a qsa safe file too)."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    try:
+        return safefile.load(path)[1].get("format") == FORMAT
+    except FormatError:
+        return False
+
+
+def generator_from_checkpoint(path: str | os.PathLike) -> nn.Module:
+    """The generator of a ``qsa train`` checkpoint (eval mode), built from the preset its
+    run config names: what ``qsa eval`` / ``qsa.load`` score before a run has finished."""
+    from qsa.models.registry import build_model, preset_config
+
+    _, meta = safefile.load(path, kind=FORMAT)
+    model = ((meta.get("extra") or {}).get("config") or {}).get("model")
+    if not model:
+        raise FormatError(f"{path}: this checkpoint names no model preset; load it with "
+                          "qsa.train.checkpoint.load_checkpoint into the model it was made for")
+    g = build_model(preset_config(model))
+    load_checkpoint(path, {"generator": g}, restore_rng=False)
+    return g.eval()

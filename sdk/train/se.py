@@ -35,6 +35,7 @@ from qsa.errors import ConfigError, QsaError
 from qsa.fileio import atomic_write_text, ensure_dir
 from qsa.layers import set_quaternion_path
 
+from .checkpoint import is_checkpoint as _is_checkpoint
 from .checkpoint import load_checkpoint, save_checkpoint
 from .pesq_pool import PesqPool, normalise_pesq
 
@@ -381,21 +382,6 @@ def init_weights(gen: nn.Module, source: str, disc: nn.Module | None = None) -> 
                           "pass weights of the same model")
     gen.load_state_dict(src.state_dict())
     return "generator"
-
-
-def _is_checkpoint(path: Path) -> bool:
-    """A training checkpoint (not a packed model file, which is a qsa safe file too)."""
-    from qsa import safefile
-    from qsa.errors import FormatError
-
-    from .checkpoint import FORMAT
-
-    if not path.is_file():
-        return False
-    try:
-        return safefile.load(path)[1].get("format") == FORMAT
-    except FormatError:
-        return False
 
 
 def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = True):
