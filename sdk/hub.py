@@ -34,12 +34,11 @@ def load(
 
     s = str(name_or_path)
     p = Path(s)
-    if p.is_dir() and (p / "checkpoint.safetensors").is_file():
-        p = p / "checkpoint.safetensors"
-    from .train.checkpoint import generator_from_checkpoint, is_checkpoint
+    from .train.checkpoint import checkpoint_file, generator_from_checkpoint
 
-    if is_checkpoint(p):
-        return generator_from_checkpoint(p)
+    ckpt = checkpoint_file(p)
+    if ckpt is not None:
+        return generator_from_checkpoint(ckpt)
     if p.suffix in (".qsa", ".safetensors") or p.is_file():
         return load_packed(p, dequantize=dequantize)
     w = shipped_weights(s)

@@ -168,6 +168,24 @@ def loads(data: bytes, source: str = "<bytes>", kind: str | None = None):
     return tensors, meta
 
 
+def peek_meta(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The qsa metadata of a file from its header alone (no payload read, nothing verified:
+    ``load`` verifies), or None when it is not a readable qsa file. For telling file kinds
+    apart (a packed model from a training checkpoint) before the one real load."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return None
+            (n,) = struct.unpack("<Q", head)
+            if n > _MAX_HEADER:
+                return None
+            meta = json.loads(json.loads(f.read(n))["__metadata__"][META_KEY])
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
 def load(path: str | os.PathLike, kind: str | None = None):
     path = Path(path)
     try:

@@ -130,15 +130,17 @@ def load_checkpoint(
     return meta["extra"]
 
 
-def is_checkpoint(path: str | os.PathLike) -> bool:
-    """A ``qsa train`` checkpoint (not a packed model file, which is a qsa safe file too)."""
+def checkpoint_file(path: str | os.PathLike) -> Path | None:
+    """The ``qsa train`` checkpoint that ``path`` names (a run folder or the checkpoint file
+    itself), or None: a packed model file is a qsa safe file too, so the header's format tells
+    them apart (read from the header only; the load that follows verifies the file)."""
     path = Path(path)
+    if path.is_dir():
+        path = path / "checkpoint.safetensors"
     if not path.is_file():
-        return False
-    try:
-        return safefile.load(path)[1].get("format") == FORMAT
-    except FormatError:
-        return False
+        return None
+    meta = safefile.peek_meta(path)
+    return path if meta is not None and meta.get("format") == FORMAT else None
 
 
 def generator_from_checkpoint(path: str | os.PathLike) -> nn.Module:
@@ -146,7 +148,7 @@ def generator_from_checkpoint(path: str | os.PathLike) -> nn.Module:
     run config names: what ``qsa eval`` / ``qsa.load`` score before a run has finished."""
     from qsa.models.registry import build_model, preset_config
 
-    _, meta = safefile.load(path, kind=FORMAT)
+    meta = safefile.peek_meta(path) or {}  # the one verified read is load_checkpoint's
     model = ((meta.get("extra") or {}).get("config") or {}).get("model")
     if not model:
         raise FormatError(f"{path}: this checkpoint names no model preset; load it with "

@@ -35,8 +35,7 @@ from qsa.errors import ConfigError, QsaError
 from qsa.fileio import atomic_write_text, ensure_dir
 from qsa.layers import set_quaternion_path
 
-from .checkpoint import is_checkpoint as _is_checkpoint
-from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint import checkpoint_file, load_checkpoint, save_checkpoint
 from .pesq_pool import PesqPool, normalise_pesq
 
 
@@ -358,10 +357,8 @@ def init_weights(gen: nn.Module, source: str, disc: nn.Module | None = None) -> 
     loaded ("generator" or "generator+discriminator")."""
     from qsa.hub import load
 
-    ckpt = Path(source)
-    if ckpt.is_dir() and (ckpt / "checkpoint.safetensors").is_file():
-        ckpt = ckpt / "checkpoint.safetensors"
-    if _is_checkpoint(ckpt):
+    ckpt = checkpoint_file(source)
+    if ckpt is not None:
         modules = {"generator": gen}
         if disc is not None:
             modules["discriminator"] = disc
