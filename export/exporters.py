@@ -554,6 +554,7 @@ class LiteRTExporter(Exporter):
     target = "litert"
     mix = "matmul"  # channels-last: a conv mix would be wrapped in transposes
     fold_norm = True  # one op fewer per layer norm (TFLM: ~8 KB less arena for qcgan-35k)
+    mix_bmm = False  # XNNPACK runs the converter's FULLY_CONNECTED form of the mixing
 
     def export(self) -> None:
         """litert_torch exports internally (fp32); int8 needs the PT2E graph first."""
@@ -593,7 +594,7 @@ class LiteRTExporter(Exporter):
             # strings stripped and every distinct table written once, in one parse and write;
             # int8: the converter's four-op PReLUs as one PRELU op (verified below)
             data, self.compaction = compact_tflite(
-                tmp.read_bytes(), fuse=self.precision == "int8"
+                tmp.read_bytes(), fuse=self.precision == "int8", mix_bmm=self.mix_bmm
             )
             tmp.write_bytes(data)
         self.files.append(self.artifact)
@@ -618,6 +619,7 @@ class TFLMExporter(LiteRTExporter):
     resolver header, measured arena."""
 
     target = "tflm"
+    mix_bmm = True  # the mixing as BATCH_MATMUL: one transpose fewer per quaternion layer
 
     def check_graph(self) -> None:
         from .tflm import float_ops, tflite_ops

@@ -251,6 +251,68 @@ class ExportQuaternionLayer(nn.Module):
         )
 
 
+class ExportQuaternionUpsample(nn.Module):
+    """``QuaternionUpsample`` (qsa.models.qcgan: frequency F -> 2F - 1 as an even-bin 1-tap
+    and an odd-bin 2-tap quaternion conv, interleaved) as ONE mixing and ONE conv: both phases
+    are output channels of a 2-tap conv (the even phase's second tap is zero), their biases
+    one add, and the interleave a reshape. The same numbers (fp32 rounding aside); the
+    components are still stored once (plus the even phase's zero taps, n_out x 4 n_in bytes
+    in int8). TFLite: one mixing, one conv, one bias add, one interleave and one filler
+    concat per stage, where the two-layer form has two convs with their transposes, reshapes
+    and bias adds, and a concat, two reshapes and a quantize to interleave (qcgan-35k: 8 ops
+    fewer per stage, 6 stages)."""
+
+    def __init__(self, up: nn.Module, mix: str = "conv"):
+        super().__init__()
+        (even, we), (odd, wo) = _layer_weight(up.even), _layer_weight(up.odd)
+        for layer, k in ((even, (1, 1)), (odd, (1, 2))):
+            if (not isinstance(layer, QuaternionConv2d) or layer.depthwise
+                    or tuple(layer.kernel_size) != k or tuple(layer.stride) != (1, 1)
+                    or tuple(layer.padding) != (0, 0) or tuple(layer.dilation) != (1, 1)):
+                raise ExportError(
+                    f"ExportQuaternionUpsample expects a (1, 1) even and a (1, 2) odd "
+                    f"quaternion conv (stride 1, no padding), got {layer}"
+                )
+        if (even.n_in, even.n_out) != (odd.n_in, odd.n_out):
+            raise ExportError(
+                f"ExportQuaternionUpsample: even {even.n_in}->{even.n_out} and odd "
+                f"{odd.n_in}->{odd.n_out} quaternion channels differ"
+            )
+        self.n_in, self.n_out = even.n_in, even.n_out
+        self.mix = _Mix(mix)
+        ce = concat_components(we.detach().to(torch.float32))  # (n_out, 4 n_in, 1, 1)
+        co = concat_components(wo.detach().to(torch.float32))  # (n_out, 4 n_in, 1, 2)
+        w = torch.zeros(2, self.n_out, 4 * self.n_in, 1, 2)  # (phase, o, (a, i), 1, tap)
+        w[0, ..., 0] = ce[..., 0]
+        w[1] = co
+        self.weight = nn.Parameter(w.reshape(2 * self.n_out, 4 * self.n_in, 1, 2))
+        zero = torch.zeros(4 * self.n_out)
+        be = zero if even.bias is None else even.bias.detach().to(torch.float32)
+        bo = zero if odd.bias is None else odd.bias.detach().to(torch.float32)
+        # (c, phase, o): the component c rides on the batch axis after the mixing
+        b = torch.stack([be.view(4, self.n_out), bo.view(4, self.n_out)], dim=1)
+        self.bias = nn.Parameter(b.reshape(4, 2 * self.n_out, 1, 1).clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, 4 n_in, T, F) -> (B, 4 n_out, T, 2F - 1)."""
+        b, _, t, f = x.shape
+        x = torch.cat([x, x[..., :1]], dim=-1)  # a filler bin: only dropped outputs read it
+        z = F.conv2d(self.mix(x, self.n_in), self.weight)  # (4B, 2 n_out: (phase, o), T, F)
+        if b == 1:  # the streaming step: rows are the components, the bias adds in place
+            z = z + self.bias
+        else:
+            z = (z.reshape(b, 4, 2 * self.n_out, t, f) + self.bias).reshape(z.shape)
+        z = z.reshape(4 * b, 2, self.n_out, t, f).permute(0, 2, 3, 4, 1)  # (4B, o, T, F, p)
+        z = z.reshape(4 * b, self.n_out, t, 2 * f)[..., : 2 * f - 1]  # bins 0, 1, .., 2F - 2
+        return z.reshape(b, 4 * self.n_out, t, 2 * f - 1)
+
+    def extra_repr(self) -> str:
+        return (
+            f"QuaternionUpsample {4 * self.n_in}->{4 * self.n_out}, both phases one conv "
+            f"{tuple(self.weight.shape)}"
+        )
+
+
 NORM_REDUCES = ("mean", "linear")
 
 
@@ -330,6 +392,7 @@ def prepare_for_export(
     mix: str = "conv",
     fold_norm: bool = False,
     norm_reduce: str = "mean",
+    upsample: bool = True,
 ) -> nn.Module:
     """Copy of ``model`` (eval) with every quaternion layer (fp32 or packed int8 reference)
     replaced by ``ExportQuaternionLayer``; the numbers are unchanged (fp32 rounding aside).
@@ -337,7 +400,8 @@ def prepare_for_export(
     ``fold_norm``: quaternion layer norms as ``ExportQuaternionLayerNorm`` (their gains moved
     into the linears they feed where a module says so, ``fold_norm_gains``) with the means
     written as ``norm_reduce`` ("mean": mean ops, fewest TFLite ops; "linear": constant
-    linear ops, which XNNPACK delegates)."""
+    linear ops, which XNNPACK delegates). ``upsample``: QC-GAN's polyphase upsampling
+    stages as ``ExportQuaternionUpsample`` (one conv per stage instead of two)."""
     if mix not in MIX_MODES:
         raise ExportError(f"mix={mix!r}; expected one of {MIX_MODES}")
     if norm_reduce not in NORM_REDUCES:
@@ -362,6 +426,8 @@ def prepare_for_export(
                         "(depthwise is supported for QuaternionConv1d)"
                     )
                 setattr(parent, name, ExportQuaternionLayer(layer, w, mix))
+            elif upsample and _is_upsample(child):
+                setattr(parent, name, ExportQuaternionUpsample(child, mix))
             elif isinstance(child, nn.PReLU):
                 setattr(parent, name, ExportPReLU(child))
             elif fold_norm and isinstance(child, QuaternionLayerNorm):
@@ -377,6 +443,12 @@ def prepare_for_export(
     for p in model.parameters():
         p.requires_grad_(False)
     return model.eval()
+
+
+def _is_upsample(m: nn.Module) -> bool:
+    from qsa.models.qcgan import QuaternionUpsample
+
+    return isinstance(m, QuaternionUpsample)
 
 
 def fold_norm_gains(model: nn.Module) -> int:

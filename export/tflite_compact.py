@@ -157,20 +157,29 @@ def _counts(model, nbytes: int) -> dict[str, int]:
 
 
 def compact_tflite(
-    data: bytes, strip_strings: bool = True, fold: bool = True, fuse: bool = False
+    data: bytes,
+    strip_strings: bool = True,
+    fold: bool = True,
+    fuse: bool = False,
+    mix_bmm: bool = False,
 ) -> tuple[bytes, dict[str, Any]]:
     """(compacted flatbuffer, {"before": ..., "after": ...} with bytes, ops and tensors, and
     "folded": what ``fold_reshapes`` removed).
 
     ``strip_strings``: also drop tensor names, the description and the signature table (what
     TFLite's own ``strip_strings`` drops; nothing the interpreters read, inputs and outputs keep
-    their subgraph order), in the same parse and write. ``fold``: run ``fold_reshapes``.
-    ``fuse``: run ``fuse_prelu`` first (not bit-identical: verify the result)."""
+    their subgraph order), in the same parse and write. ``fold``: run ``fold_reshapes`` and
+    ``drop_default_options``. ``fuse``: run ``fuse_prelu`` first (not bit-identical: verify
+    the result). ``mix_bmm``: run ``mix_to_batch_matmul`` (bit-identical on TFLite-Micro's
+    reference kernels; LiteRT's XNNPACK rounds its FULLY_CONNECTED differently)."""
     S = _schema()
     model = S.ModelT.InitFromPackedBuf(bytearray(data), 0)
     before = _counts(model, len(data))
     fused = fuse_prelu(model) if fuse else 0
     folded = fold_reshapes(model) if fold else {}
+    bmm = mix_to_batch_matmul(model) if mix_bmm else 0  # after fold: rank-2 operands
+    if fold:
+        folded["options"] = drop_default_options(model)
     if strip_strings:
         from ai_edge_litert.tools import flatbuffer_utils as fbu
 
@@ -187,7 +196,110 @@ def compact_tflite(
         info["folded"] = folded
     if fuse:
         info["fused_prelu"] = fused
+    if mix_bmm:
+        info["mix_bmm"] = bmm
     return out, info
+
+
+def _opcode(model, name: str) -> int:
+    """The operator-code index of builtin ``name`` in ``model``, added if missing."""
+    S = _schema()
+    code = getattr(S.BuiltinOperator, name)
+    for i, oc in enumerate(model.operatorCodes):
+        if max(oc.builtinCode, oc.deprecatedBuiltinCode) == code:
+            return i
+    oc = S.OperatorCodeT()
+    oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, min(code, 127), 1
+    model.operatorCodes.append(oc)
+    return len(model.operatorCodes) - 1
+
+
+def mix_to_batch_matmul(model) -> int:
+    """TRANSPOSE(x) -> FULLY_CONNECTED(const A, filter=x^T) -> BATCH_MATMUL(A, x), in place;
+    how many were rewritten.
+
+    The LiteRT converter lowers ``A @ x`` with a constant left side (the quaternion layers'
+    +-1 component mixing, qsa.export.rewrite ``mix="matmul"``) to a transpose of x and a
+    FULLY_CONNECTED that reads the constant as its input and x^T as its weights. BATCH_MATMUL
+    computes the same sums from x directly: one op and one tensor fewer per layer (qcgan-35k:
+    20). Both kernels accumulate in int32 with the same offsets and requantise with the same
+    scales, so TFLite-Micro's reference kernels give identical bytes. Only rank-2 operands
+    without a bias, and only transposes that nothing else reads."""
+    S = _schema()
+    kind = _op_kind(model)
+    n = 0
+    for sg in model.subgraphs:
+        tensors = sg.tensors
+        keep = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
+        prod, readers = _graph_index(sg.operators or [])
+        dead: set[int] = set()
+        for op in sg.operators or []:
+            ins = [int(i) for i in op.inputs]
+            if kind(op) != "FULLY_CONNECTED" or len(ins) < 2:
+                continue
+            if len(ins) > 2 and ins[2] >= 0:
+                continue
+            o = op.builtinOptions
+            if o is not None and o.fusedActivationFunction:
+                continue  # (keep_num_dims: rank-2 sides, the output is (m, n) either way)
+            a, ft = ins[0], ins[1]
+            if not _is_const(model, tensors[a]) or _is_const(model, tensors[ft]):
+                continue
+            tr = prod.get(ft)
+            if tr is None or kind(tr) != "TRANSPOSE" or ft in keep or len(readers[ft]) != 1:
+                continue
+            x = int(tr.inputs[0])
+            shapes = [_shape(tensors[t]) for t in (a, x, int(op.outputs[0]))]
+            if any(s is None or len(s) != 2 for s in shapes):
+                continue
+            (m, k), (k2, nn), out = shapes
+            if k != k2 or out != (m, nn):
+                continue
+            if any(_qkey(tensors[t].quantization) is None or len(tensors[t].quantization.scale) != 1
+                   for t in (a, x)):
+                continue  # BATCH_MATMUL quantises each side per tensor
+            opts = S.BatchMatMulOptionsT()
+            opts.adjX = opts.adjY = False
+            op.opcodeIndex = _opcode(model, "BATCH_MATMUL")
+            op.builtinOptionsType, op.builtinOptions = S.BuiltinOptions.BatchMatMulOptions, opts
+            op.inputs = [a, x]
+            dead.add(id(tr))
+            n += 1
+        if dead:
+            sg.operators = [op for op in sg.operators if id(op) not in dead]
+            _drop_unused_tensors(model, sg)
+    return n
+
+
+# operators whose options table, when it holds nothing but the schema's defaults, both
+# interpreters read as absent (their parsers zero-fill the params and these fields are zero
+# there too; ADD/SUB's pot_scale_int16 only matters for int16 operands, which keep theirs)
+_DEFAULT_OPTIONS_DROPPABLE = {"ADD", "SUB", "MUL", "FULLY_CONNECTED", "BATCH_MATMUL"}
+
+
+def drop_default_options(model) -> int:
+    """Drop builtin options tables that only repeat the schema's defaults, in place; how many.
+    The table is shared already (the writer stores it once), but each operator still carries
+    its union type and offset (qcgan-35k int8: ~1.4 KB for ~180 operators)."""
+    S = _schema()
+    kind = _op_kind(model)
+    n = 0
+    for sg in model.subgraphs:
+        for op in sg.operators or []:
+            o = op.builtinOptions
+            if o is None or kind(op) not in _DEFAULT_OPTIONS_DROPPABLE:
+                continue
+            if kind(op) in ("ADD", "SUB") and any(
+                int(i) >= 0 and sg.tensors[int(i)].type == S.TensorType.INT16
+                for i in list(op.inputs) + list(op.outputs)
+            ):
+                continue
+            default = type(o)()
+            if any(getattr(o, f) != getattr(default, f) for f in vars(default)):
+                continue
+            op.builtinOptionsType, op.builtinOptions = 0, None
+            n += 1
+    return n
 
 
 def _is_const(model, t) -> bool:
@@ -250,7 +362,8 @@ def fold_reshapes(model) -> dict[str, int]:
             if (len(op.inputs) == 2 and static and int(op.inputs[1]) >= 0
                     and _is_const(model, tensors[op.inputs[1]])):
                 opts = S.ReshapeOptionsT()
-                opts.newShape = [int(v) for v in shape]
+                # numpy, so the writer de-duplicates it like every other int32 vector
+                opts.newShape = np.asarray([int(v) for v in shape], np.int32)
                 op.builtinOptionsType, op.builtinOptions = S.BuiltinOptions.ReshapeOptions, opts
                 op.inputs = [int(op.inputs[0])]
                 done["shape_inputs"] += 1
@@ -426,16 +539,6 @@ def fuse_prelu(model) -> int:
     S = _schema()
     kind = _op_kind(model)
 
-    def opcode(name: str) -> int:
-        code = getattr(S.BuiltinOperator, name)
-        for i, oc in enumerate(model.operatorCodes):
-            if max(oc.builtinCode, oc.deprecatedBuiltinCode) == code:
-                return i
-        oc = S.OperatorCodeT()
-        oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, min(code, 127), 1
-        model.operatorCodes.append(oc)
-        return len(model.operatorCodes) - 1
-
     def fused(op) -> int:
         o = op.builtinOptions
         return 0 if o is None else int(getattr(o, "fusedActivationFunction", 0))
@@ -486,7 +589,7 @@ def fuse_prelu(model) -> int:
                 continue
             if not (private(pos) and private(flips[0]) and private(neg)):
                 continue
-            sub.opcodeIndex = opcode("PRELU")
+            sub.opcodeIndex = _opcode(model, "PRELU")
             sub.inputs = [x, alpha]
             sub.builtinOptionsType, sub.builtinOptions = 0, None
             dead |= {id(relu), id(flip), id(scaled)}

@@ -194,3 +194,53 @@ def test_norm_gains_fold_into_the_linears_they_feed():
         ff.norm_feeds = (("norm", ("down",)),)  # a wrong width: left alone, not folded
         ex_ff = prepare_for_export(nn.Sequential(ff), fold_norm=True)
         assert ex_ff[0].norm.apply_gain
+
+
+@pytest.mark.parametrize("mix", ["conv", "matmul"])
+@pytest.mark.parametrize("int8", [False, True])
+def test_upsample_stage_is_one_conv(mix, int8):
+    """QC-GAN's polyphase upsampling (an even 1-tap and an odd 2-tap quaternion conv,
+    interleaved) exports as one mixing and one conv with both phases as output channels:
+    the same numbers offline (batch, several frames) and for a streaming row, fp32 and the
+    packed int8 reference; the components stay stored once (only the even phase's zero taps
+    are added)."""
+    from qsa.export.rewrite import ExportQuaternionUpsample
+    from qsa.models.qcgan import QuaternionUpsample
+
+    torch.manual_seed(3)
+    up = QuaternionUpsample(12, 8).eval()
+    for m in (up.even, up.odd):
+        nn.init.normal_(m.bias)
+    model = nn.Sequential(up)
+    if int8:
+        model = quantize_(model, Int8Config())
+    ex = prepare_for_export(model, mix=mix)
+    assert isinstance(ex[0], ExportQuaternionUpsample)
+    n_conv = sum(isinstance(m, ExportQuaternionLayer) for m in ex.modules())
+    assert n_conv == 0  # one module, one conv
+    w = ex[0].weight
+    assert tuple(w.shape) == (2 * 2, 4 * 3, 1, 2)  # (phase, o) x (a, i) x 1 x 2 taps
+    assert torch.count_nonzero(w[: 2, :, :, 1]) == 0  # the even phase's zero taps
+    packed = 4 * 2 * 3 * (1 + 2)  # four components of (n_out, n_in) x (1 + 2 taps)
+    nonzero = int((w != 0).sum())  # an int8 weight may round to zero
+    assert nonzero == packed if not int8 else packed - 4 <= nonzero <= packed
+    for shape in ((2, 12, 3, 9), (1, 12, 1, 17)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            want, got = model(x), ex(x)
+        assert got.shape == want.shape == (shape[0], 8, shape[2], 2 * shape[3] - 1)
+        assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_upsample_export_form_checks_its_layers():
+    from qsa.export.rewrite import ExportQuaternionUpsample
+    from qsa.models.qcgan import QuaternionUpsample
+
+    up = QuaternionUpsample(8, 4)
+    up.odd = QuaternionConv2d(8, 4, (1, 3))
+    with pytest.raises(ExportError, match=r"\(1, 2\) odd"):
+        ExportQuaternionUpsample(up)
+    up = QuaternionUpsample(8, 4)
+    up.odd = QuaternionConv2d(8, 8, (1, 2))
+    with pytest.raises(ExportError, match="channels differ"):
+        ExportQuaternionUpsample(up)
