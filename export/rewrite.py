@@ -339,7 +339,9 @@ class ExportQuaternionLayerNorm(nn.Module):
             self.register_buffer("all_mean", torch.full((1, 4 * self.n), 0.25 / self.n))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        lead = x.shape[:-1]
+        # one token (a streaming step): (4, n) without lead axes, the shape the quaternion
+        # linears around it produce and take, so a converter adds no reshapes around the norm
+        lead = x.shape[:-1] if x.numel() != 4 * self.n else ()
         q = x.reshape(*lead, 4, self.n)  # (..., 4, n)
         if self.reduce == "linear":
             q = q - F.linear(q, self.unit_mean)  # (..., 4, 1) means per component
