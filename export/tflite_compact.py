@@ -29,7 +29,18 @@ interpreter needs (the same operators, tensors, buffers and numbers):
   FULLY_CONNECTED inputs is *sunk*: the run's tensors take the reshape's input shape (an
   elementwise op computes the same numbers in any shape of the same elements), the entry
   reshapes go and an exit reshape that now maps a shape onto itself goes too (qcgan-35k's
-  SiLU and residual runs between linear layers).
+  SiLU and residual runs between linear layers). A run also grows backwards into the
+  elementwise op that wrote an operand (a scaled branch added to the residual stream), so a
+  Conformer's whole residual stream sinks at once (qcgan-35k: 9 reshapes);
+* options tables that only repeat the schema's defaults (ADD, SUB, MUL, FULLY_CONNECTED,
+  BATCH_MATMUL) are dropped (``drop_default_options``): both interpreters read an absent
+  table as the defaults, and each operator saves its union type and offset.
+
+``mix_to_batch_matmul`` (off by default, the TFLite-Micro exporter turns it on) rewrites the
+converter's TRANSPOSE + FULLY_CONNECTED(const, x^T) form of a constant-left matmul (the
+quaternion layers' +-1 component mixing) as one BATCH_MATMUL: bit-identical on TFLite-Micro's
+reference kernels, one op and tensor fewer per quaternion layer (qcgan-35k: 20); LiteRT's
+XNNPACK runs the FULLY_CONNECTED form faster, so its exporter keeps it.
 
 Unreferenced tensors and buffers are dropped and indices renumbered; a file that carries an
 offline memory plan (which indexes tensors) is left unfolded.
@@ -440,9 +451,51 @@ def _sink_reshapes(sg, kind, keep: set[int]) -> int:
     done = 0
 
     def region_of(s: int, d: int, prod, readers):
-        """(tensors to relabel, {entry tensor: its reshape's source}) or None."""
+        """(tensors to relabel, {entry tensor: its reshape's source}) or None.
+
+        The region grows both ways from the reshape's output: forward into every reader, and
+        backward into the elementwise op that wrote a tensor the run reads (a residual add's
+        other branch: SCALE * RESHAPE(y) + RESHAPE(x)), until each tensor in it is written by
+        an entry reshape (from the same source shape) or by an elementwise op of the run, and
+        read only by elementwise ops of the run, by reshapes or by FULLY_CONNECTED inputs."""
         src_shape, dshape = _shape(tensors[s]), _shape(tensors[d])
         roots, region, members, todo = {d: s}, set(), [], [d]
+
+        def entry_source(i: int):
+            p = prod.get(i)
+            if (p is not None and kind(p) == "RESHAPE" and i not in keep
+                    and _shape(tensors[int(p.inputs[0])]) == src_shape
+                    and _same_quant(tensors[int(p.inputs[0])], tensors[i])):
+                return int(p.inputs[0])
+            return None
+
+        def join(u) -> bool:
+            """Take elementwise op ``u`` into the run; False if it cannot be."""
+            if any(u is m for m in members):
+                return True
+            if getattr(u, "intermediates", None) is not None and len(u.intermediates):
+                return False
+            outs = [int(o) for o in u.outputs]
+            if any(_shape(tensors[o]) != dshape for o in outs):
+                return False  # a broadcast: the op's shape is not the run's
+            for i in (int(i) for i in u.inputs):
+                if i < 0 or i in region or i in todo:
+                    continue
+                sh = _shape(tensors[i])
+                if sh is not None and int(np.prod(sh)) == 1 and len(sh) <= len(src_shape):
+                    continue  # a one-element operand broadcasts in any shape
+                if sh != dshape:
+                    return False
+                src = entry_source(i)
+                if src is not None:
+                    roots[i] = src  # another entry of the same shape
+                elif prod.get(i) is None or kind(prod[i]) not in _UNARY | _BINARY:
+                    return False  # a constant, a graph input or another op's result
+                todo.append(i)
+            members.append(u)
+            todo.extend(outs)
+            return True
+
         while todo:
             t = todo.pop()
             if t in region:
@@ -450,33 +503,14 @@ def _sink_reshapes(sg, kind, keep: set[int]) -> int:
             if t in keep:
                 return None
             region.add(t)
+            p = prod.get(t)
+            if t not in roots and (p is None or kind(p) not in _UNARY | _BINARY or not join(p)):
+                return None
             for u in readers.get(t, []):
                 k = kind(u)
-                if any(u is m for m in members):
-                    continue
                 if k in _UNARY or k in _BINARY:
-                    if getattr(u, "intermediates", None) is not None and len(u.intermediates):
+                    if not join(u):
                         return None
-                    outs = [int(o) for o in u.outputs]
-                    if any(_shape(tensors[o]) != dshape for o in outs):
-                        return None  # a broadcast: the op's shape is not the run's
-                    for i in (int(i) for i in u.inputs):
-                        if i < 0 or i in region or i in todo:
-                            continue
-                        sh = _shape(tensors[i])
-                        if sh is not None and int(np.prod(sh)) == 1 and len(sh) <= len(src_shape):
-                            continue  # a one-element operand broadcasts in any shape
-                        p = prod.get(i)
-                        if (sh == dshape and p is not None and kind(p) == "RESHAPE"
-                                and i not in keep
-                                and _shape(tensors[int(p.inputs[0])]) == src_shape
-                                and _same_quant(tensors[int(p.inputs[0])], tensors[i])):
-                            roots[i] = int(p.inputs[0])  # another entry of the same shape
-                            todo.append(i)
-                            continue
-                        return None
-                    members.append(u)
-                    todo.extend(outs)
                 elif k == "RESHAPE" and int(u.inputs[0]) == t:
                     continue  # an exit: a reshape takes any input shape
                 elif (k == "FULLY_CONNECTED" and int(u.inputs[0]) == t
