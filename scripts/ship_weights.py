@@ -97,8 +97,9 @@ def main() -> None:
         f"and `{args.name}.int8.qsa` (packed int8)",
         f"- Training data: `{card.get('data')}` ({corpus}: espeak-ng voices of the train split, "
         "generated noise bank, SNR -5..20 dB)",
-        f"- Steps: {card.get('steps')} (epochs {card.get('epochs')}, batch {card.get('batch_size')}"
-        f" x {card.get('segment_seconds')} s crops), seed {card.get('seed')}, CPU only",
+        f"- Steps: {card.get('steps')} ({card.get('epochs')} full epochs, "
+        f"batch {card.get('batch_size')} x {card.get('segment_seconds')} s crops), "
+        f"seed {card.get('seed')}, CPU only",
         f"- Recipe: `{recipe}`",
     ]
     if card.get("init"):
