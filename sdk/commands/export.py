@@ -64,6 +64,10 @@ def run(args) -> int:
     )
     lat = r["latency_per_hop"]
     print(f"wrote {result.artifact} ({r['bytes']:,} bytes, {r['bytes_per_param']:.2f} B/param)")
+    if "packed_bound_bytes" in r:  # the packed-size figure, the same for every format
+        gap = r["bytes"] - r["packed_bound_bytes"]
+        print(f"  packed bound (1.25 B/param + 24 KB): {r['packed_bound_bytes']:,} bytes, "
+              + (f"over by {gap:,}" if gap > 0 else f"{-gap:,} to spare"))
     print(f"  verified in {args.target}: {parity}")
     print(f"  memory: {ram:,} bytes" if ram else "  memory: -")
     b = mem.get("breakdown") or {}
