@@ -10,8 +10,9 @@ Runs the noisy input, qcgan-35k, qcgan-0.89m (offline: torch only) and its strea
 qcgan-0.89m-causal (fp32 and int8 on each runtime that builds),
 RNNoise, DeepFilterNet3 and noisereduce; each peer at its native rate, resampled with soxr,
 delay-compensated, scored at 16 kHz. Writes ``--out``/results.json (default bench/out/se_peers,
-git-ignored), the markdown report (``--md``, default docs/benchmarks.md; also printed) and the
-PNG plot next to it: one table of quality and cost, PESQ-WB by SNR bucket and by noise type,
+git-ignored), the markdown report (``--md``, default docs/benchmarks.md for a run of every peer
+and model, ``--out``/benchmarks.md for a subset; also printed) and the PNG plot next to it:
+one table of quality and cost, PESQ-WB by SNR bucket and by noise type,
 and with ``--throughput`` the evaluation pipeline's own PESQ/STOI throughput (serial vs pool).
 """
 
@@ -463,7 +464,12 @@ def parse_args(argv=None):
     )
     ap.add_argument("--limit", type=int, default=None, help="score at most N utterances per set")
     ap.add_argument("--out", default="bench/out/se_peers", help="results.json and plots go here")
-    ap.add_argument("--md", default="docs/benchmarks.md", help="markdown report path")
+    ap.add_argument(
+        "--md",
+        default=None,
+        help="markdown report path (default: docs/benchmarks.md for a run of every peer and "
+        "model, OUT/benchmarks.md for a run of a subset, so it never replaces the full page)",
+    )
     ap.add_argument(
         "--peers",
         default=",".join(PEER_NAMES),
@@ -508,7 +514,11 @@ def parse_args(argv=None):
         default=1.2,
         help="size of the synthetic corpus made when the default split is missing",
     )
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.md is None:
+        full = args.peers == ",".join(PEER_NAMES) and args.models == ",".join(QSA_MODELS)
+        args.md = "docs/benchmarks.md" if full else str(Path(args.out) / "benchmarks.md")
+    return args
 
 
 def main(argv=None) -> dict:

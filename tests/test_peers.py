@@ -215,3 +215,16 @@ def test_artifact_folders_keep_model_names_apart(tmp_path):
     f = tmp_path / "my-model.qsa"
     f.write_bytes(b"x")
     assert artifact_folder(f) == "my-model"
+
+
+def test_a_subset_run_never_replaces_the_full_benchmarks_page(tmp_path):
+    """docs/benchmarks.md is the page of a run of every peer and model; a run of a subset
+    (--peers noisy --models qcgan-35k, as when re-running qsa's rows) writes its report next
+    to its results unless --md says otherwise."""
+    from bench.se_peers import parse_args
+
+    assert parse_args([]).md == "docs/benchmarks.md"
+    sub = parse_args(["--peers", "noisy", "--models", "qcgan-35k", "--out", str(tmp_path)])
+    assert sub.md == str(tmp_path / "benchmarks.md")
+    assert parse_args(["--models", ""]).md.endswith("se_peers/benchmarks.md")
+    assert parse_args(["--peers", "noisy", "--md", "x.md"]).md == "x.md"
