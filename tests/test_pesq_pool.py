@@ -17,7 +17,9 @@ def pair() -> tuple[np.ndarray, np.ndarray]:
                "en-gb", "m3", 160, 50)
     pad = np.zeros(3200, np.float32)
     clean = np.concatenate([pad, 0.3 * s / np.max(np.abs(s)), pad]).astype(np.float64)
-    noisy = clean + 0.02 * np.random.default_rng(0).standard_normal(len(clean))
+    # white noise at a level that leaves PESQ-WB mid-scale (~2.4), not at its 1.04 floor,
+    # so a masked or mis-paired score cannot pass for the real one
+    noisy = clean + 7e-4 * np.random.default_rng(0).standard_normal(len(clean))
     return clean, noisy
 
 
@@ -29,8 +31,13 @@ def _kill_workers(pool: PesqPool) -> None:
 
 def test_a_dead_worker_masks_its_batch_and_the_pool_starts_again(pair):
     clean, noisy = pair
+    from pesq import pesq
+
     want = _pesq_one((clean, noisy, 16000, "wb"))
-    assert 1.0 < want < 4.7  # a real score: assert_allclose below would also pass NaN == NaN
+    # the worker's function is the real pesq package's score (assert_allclose below would
+    # also pass NaN == NaN), and mid-scale: well above the floor, below clean vs clean
+    assert want == pesq(16000, clean, noisy, "wb")
+    assert 2.0 < want < pesq(16000, clean, clean, "wb") - 1.0
     with PesqPool(workers=1) as pool:
         np.testing.assert_allclose(pool([clean], [noisy]), [want])
         # a batch in flight when its worker dies: NaN (masked), not an exception
