@@ -45,6 +45,7 @@ from qsa.layers.quaternion import (
     _QuaternionLayer,
     is_quaternion_layer,
 )
+from qsa.models.qcgan import QuaternionUpsample
 from qsa.models.qtransformer import QuaternionLayerNorm
 
 from .errors import ExportError
@@ -394,7 +395,6 @@ def prepare_for_export(
     mix: str = "conv",
     fold_norm: bool = False,
     norm_reduce: str = "mean",
-    upsample: bool = True,
 ) -> nn.Module:
     """Copy of ``model`` (eval) with every quaternion layer (fp32 or packed int8 reference)
     replaced by ``ExportQuaternionLayer``; the numbers are unchanged (fp32 rounding aside).
@@ -402,8 +402,8 @@ def prepare_for_export(
     ``fold_norm``: quaternion layer norms as ``ExportQuaternionLayerNorm`` (their gains moved
     into the linears they feed where a module says so, ``fold_norm_gains``) with the means
     written as ``norm_reduce`` ("mean": mean ops, fewest TFLite ops; "linear": constant
-    linear ops, which XNNPACK delegates). ``upsample``: QC-GAN's polyphase upsampling
-    stages as ``ExportQuaternionUpsample`` (one conv per stage instead of two)."""
+    linear ops, which XNNPACK delegates). QC-GAN's polyphase upsampling stages become
+    ``ExportQuaternionUpsample`` (one conv per stage instead of two)."""
     if mix not in MIX_MODES:
         raise ExportError(f"mix={mix!r}; expected one of {MIX_MODES}")
     if norm_reduce not in NORM_REDUCES:
@@ -428,7 +428,7 @@ def prepare_for_export(
                         "(depthwise is supported for QuaternionConv1d)"
                     )
                 setattr(parent, name, ExportQuaternionLayer(layer, w, mix))
-            elif upsample and _is_upsample(child):
+            elif isinstance(child, QuaternionUpsample):
                 setattr(parent, name, ExportQuaternionUpsample(child, mix))
             elif isinstance(child, nn.PReLU):
                 setattr(parent, name, ExportPReLU(child))
@@ -445,12 +445,6 @@ def prepare_for_export(
     for p in model.parameters():
         p.requires_grad_(False)
     return model.eval()
-
-
-def _is_upsample(m: nn.Module) -> bool:
-    from qsa.models.qcgan import QuaternionUpsample
-
-    return isinstance(m, QuaternionUpsample)
 
 
 def fold_norm_gains(model: nn.Module) -> int:
