@@ -594,7 +594,8 @@ class LiteRTExporter(Exporter):
             # strings stripped and every distinct table written once, in one parse and write;
             # int8: the converter's four-op PReLUs as one PRELU op (verified below)
             data, self.compaction = compact_tflite(
-                tmp.read_bytes(), fuse=self.precision == "int8", mix_bmm=self.mix_bmm
+                tmp.read_bytes(), fuse=self.precision == "int8", mix_bmm=self.mix_bmm,
+                micro=self.target == "tflm", scalar_muls=self.precision == "int8",
             )
             tmp.write_bytes(data)
         self.files.append(self.artifact)

@@ -173,6 +173,8 @@ def compact_tflite(
     fold: bool = True,
     fuse: bool = False,
     mix_bmm: bool = False,
+    micro: bool = False,
+    scalar_muls: bool = False,
 ) -> tuple[bytes, dict[str, Any]]:
     """(compacted flatbuffer, {"before": ..., "after": ...} with bytes, ops and tensors, and
     "folded": what ``fold_reshapes`` removed).
@@ -182,15 +184,20 @@ def compact_tflite(
     their subgraph order), in the same parse and write. ``fold``: run ``fold_reshapes`` and
     ``drop_default_options``. ``fuse``: run ``fuse_prelu`` first (not bit-identical: verify
     the result). ``mix_bmm``: run ``mix_to_batch_matmul`` (bit-identical on TFLite-Micro's
-    reference kernels; LiteRT's XNNPACK rounds its FULLY_CONNECTED differently)."""
+    reference kernels; LiteRT's XNNPACK rounds its FULLY_CONNECTED differently). ``micro``:
+    ``single_weight_zero_points`` (a file for TFLite-Micro only: LiteRT rejects it).
+    ``scalar_muls``: run ``fold_scalar_muls`` (not bit-identical: verify the result)."""
     S = _schema()
     model = S.ModelT.InitFromPackedBuf(bytearray(data), 0)
     before = _counts(model, len(data))
     fused = fuse_prelu(model) if fuse else 0
+    muls = fold_scalar_muls(model) if scalar_muls else 0
     folded = fold_reshapes(model) if fold else {}
     bmm = mix_to_batch_matmul(model) if mix_bmm else 0  # after fold: rank-2 operands
     if fold:
         folded["options"] = drop_default_options(model)
+        folded["rank"] = drop_implied_rank(model)
+    zps = single_weight_zero_points(model) if micro else 0
     if strip_strings:
         from ai_edge_litert.tools import flatbuffer_utils as fbu
 
@@ -209,6 +216,10 @@ def compact_tflite(
         info["fused_prelu"] = fused
     if mix_bmm:
         info["mix_bmm"] = bmm
+    if micro:
+        info["single_zero_points"] = zps
+    if scalar_muls:
+        info["scalar_muls"] = muls
     return out, info
 
 
@@ -311,6 +322,72 @@ def drop_default_options(model) -> int:
             op.builtinOptionsType, op.builtinOptions = 0, None
             n += 1
     return n
+
+
+def drop_implied_rank(model) -> int:
+    """Clear ``has_rank`` on tensors whose shape is written out, in place; how many. The flag
+    only tells a scalar (rank 0, empty shape) from an unranked tensor, and neither interpreter
+    reads it for a tensor with dimensions; scalars keep it. The bool costs ~4 B per tensor
+    table with its padding (qcgan-35k int8: 2.2 KB for 535 tensors)."""
+    n = 0
+    for sg in model.subgraphs:
+        for t in sg.tensors or []:
+            if t.hasRank and t.shape is not None and len(t.shape) > 0:
+                t.hasRank = False
+                n += 1
+    return n
+
+
+def single_weight_zero_points(model) -> int:
+    """TFLite-Micro only: the zero-point vector of a per-channel quantised constant (weights,
+    biases: symmetric, all zeros) as one value, in place; how many tensors. TFLite-Micro's
+    allocator reads a one-element vector as that zero point for every channel (its documented
+    space-saving form for weights); LiteRT requires one zero point per scale and rejects such
+    a file, so only the microcontroller artifact uses it (qcgan-35k int8: 1.8 KB)."""
+    n = 0
+    for sg in model.subgraphs:
+        for t in sg.tensors or []:
+            q = t.quantization
+            if q is None or q.scale is None or q.zeroPoint is None or not _is_const(model, t):
+                continue
+            zp = np.asarray(q.zeroPoint)
+            if len(q.scale) > 1 and zp.size == len(q.scale) and not zp.any():
+                q.zeroPoint = np.zeros(1, np.int64)
+                n += 1
+    return n
+
+
+def widen_zero_points(data: bytes) -> bytes:
+    """``data`` with every one-element zero-point vector of a per-channel tensor repeated per
+    channel (the inverse of ``single_weight_zero_points``): the TFLite-Micro file in the form
+    LiteRT loads, for checking it on the host. ``data`` itself when there is none."""
+    S = _schema()
+    g = S.Model.GetRootAs(data, 0)
+    found, cap = False, len(data) // 4  # a corrupt length must not loop for ever
+    for i in range(min(g.SubgraphsLength(), cap)):
+        sg = g.Subgraphs(i)
+        for j in range(min(sg.TensorsLength(), cap)):
+            q = sg.Tensors(j).Quantization()
+            if q is not None and q.ScaleLength() > 1 and q.ZeroPointLength() == 1:
+                found = True
+                break
+        if found:
+            break
+    if not found:
+        return data
+    model = S.ModelT.InitFromPackedBuf(bytearray(data), 0)
+    for sg in model.subgraphs:
+        for t in sg.tensors or []:
+            q = t.quantization
+            if (
+                q is not None
+                and q.scale is not None
+                and q.zeroPoint is not None
+                and len(q.scale) > 1
+                and len(q.zeroPoint) == 1
+            ):
+                q.zeroPoint = np.full(len(q.scale), q.zeroPoint[0], np.int64)
+    return _pack_dedup(S, model)
 
 
 def _is_const(model, t) -> bool:
@@ -632,6 +709,156 @@ def fuse_prelu(model) -> int:
         if dead:
             _drop_unused_tensors(model, sg)
     return n
+
+
+# int8 kernels that read an input of any quantisation parameters (their own requantisation
+# takes it in): a reader of a folded MUL may read its input instead. Layout ops (RESHAPE,
+# CONCATENATION, ...) need one set of parameters in and out.
+_READS_ANY = {
+    "ADD",
+    "SUB",
+    "MUL",
+    "FULLY_CONNECTED",
+    "BATCH_MATMUL",
+    "CONV_2D",
+    "DEPTHWISE_CONV_2D",
+    "MEAN",
+    "RSQRT",
+    "LOGISTIC",
+    "SOFTMAX",
+    "PRELU",
+    "TANH",
+}
+
+
+class _Graph:
+    """One subgraph's producer / reader index for the int8 rewrites below."""
+
+    def __init__(self, model, sg):
+        self.S, self.model, self.sg, self.kind = _schema(), model, sg, _op_kind(model)
+        self.tensors = sg.tensors
+        self.keep = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
+        self.prod, self.readers = _graph_index(sg.operators or [])
+
+    def private(self, t: int) -> bool:
+        return t not in self.keep and len(self.readers.get(t, [])) == 1
+
+    def const(self, t: int) -> bool:
+        return _is_const(self.model, self.tensors[t])
+
+    def per_tensor_int8(self, t: int) -> bool:
+        tt = self.tensors[t]
+        q = tt.quantization
+        return (
+            tt.type == self.S.TensorType.INT8
+            and _qkey(q) is not None
+            and len(q.scale) == 1
+            and len(q.zeroPoint) == 1
+        )
+
+    def scalar(self, t: int) -> float | None:
+        """The value of a constant one-element int8 tensor, else None."""
+        if not self.const(t) or not self.per_tensor_int8(t):
+            return None
+        tt = self.tensors[t]
+        raw = np.frombuffer(bytes(self.model.buffers[tt.buffer].data), np.int8)
+        if raw.size != 1:
+            return None
+        q = tt.quantization
+        return float((int(raw[0]) - int(q.zeroPoint[0])) * float(q.scale[0]))
+
+    def cone(self, t: int, depth: int = 0) -> list[int] | None:
+        """The tensors whose scales, multiplied by c, make ``t`` mean c * t with the same
+        codes (``t`` first), or None when its producers do not allow it."""
+        tt = self.tensors[t]
+        if depth > 32 or not self.private(t) or _qkey(tt.quantization) is None:
+            return None
+        if self.const(t):
+            return [t]
+        p = self.prod.get(t)
+        if tt.type != self.S.TensorType.INT8 or p is None:
+            return None
+        k, ins = self.kind(p), [int(i) for i in p.inputs]
+        subs: list[list[int] | None]
+        if k == "RESHAPE":
+            subs = [self.cone(ins[0], depth + 1)]
+        elif k in ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D"):
+            w, b = ins[1], (ins[2] if len(ins) > 2 else -1)
+            if not (self.const(w) or (k == "FULLY_CONNECTED" and b < 0)):
+                return None
+            subs = [self.cone(w, depth + 1)] + ([self.cone(b, depth + 1)] if b >= 0 else [])
+        elif k == "BATCH_MATMUL":  # one operand, a constant one first
+            for i in sorted(ins, key=lambda i: not self.const(i)):
+                sub = self.cone(i, depth + 1)
+                if sub is not None:
+                    return [t, *sub]
+            return None
+        elif k in ("ADD", "SUB") and len(ins) == 2 and ins[0] != ins[1]:
+            subs = [self.cone(i, depth + 1) for i in ins]
+        else:
+            return None
+        if any(sub is None for sub in subs):
+            return None
+        return [t, *(i for sub in subs for i in sub)]
+
+
+def fold_scalar_muls(model) -> int:
+    """MUL(x, c) by a constant scalar c > 0 removed, in place (int8 graphs); how many. Every
+    scale in the cone that computes x (its tensors, and the scales of the constant weights,
+    biases and addends at its leaves) is multiplied by c: each kernel's requantisation
+    multiplier (input scale x weight scale / output scale) is unchanged, so the codes are the
+    same and x now means c * x, and the MUL's readers (ops that take any input parameters)
+    read x. The cone may pass RESHAPE, FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D (through
+    a constant weight, or FULLY_CONNECTED's activation weight operand), BATCH_MATMUL (one
+    operand) and ADD/SUB (both operands); each of its tensors must have no other reader. One
+    requantisation fewer, not bit-identical: verify the result. qcgan-35k: the Conformers'
+    0.5 residual scales and the attention's 1/sqrt(d) (5 ops, 464 B, SQNR unchanged; dropping
+    the layer norms' epsilon ADDs too was measured at -0.5 dB in TFLM and is not done)."""
+    n = 0
+    for sg in model.subgraphs:
+        while True:  # one fold at a time: each changes the readers the next one sees
+            g = _Graph(model, sg)
+            op = next((o for o in sg.operators or [] if _fold_mul(g, o)), None)
+            if op is None:
+                break
+            sg.operators = [o for o in sg.operators if o is not op]
+            n += 1
+        _drop_unused_tensors(model, sg)
+    return n
+
+
+def _fold_mul(g: _Graph, op) -> bool:
+    """Fold ``op`` if it is a foldable scalar MUL (see fold_scalar_muls); whether it was."""
+    if g.kind(op) != "MUL" or len(op.inputs) != 2:
+        return False
+    o = op.builtinOptions
+    if o is not None and getattr(o, "fusedActivationFunction", 0):
+        return False
+    ins = [int(i) for i in op.inputs]
+    consts = [g.scalar(i) for i in ins]
+    if sum(c is not None for c in consts) != 1:
+        return False
+    c = next(v for v in consts if v is not None)
+    x = next(i for i, v in zip(ins, consts, strict=True) if v is None)
+    y = int(op.outputs[0])
+    readers = g.readers.get(y, [])
+    if y in g.keep or not readers or not g.per_tensor_int8(x) or not c > 0:
+        return False
+    if any(g.kind(r) not in _READS_ANY for r in readers):
+        return False
+    leaves = g.cone(x)
+    if leaves is None or len(set(leaves)) != len(leaves):
+        return False
+    for t in leaves:
+        q = g.tensors[t].quantization
+        nq = g.S.QuantizationParametersT()
+        nq.scale = (np.asarray(q.scale, np.float64) * c).astype(np.float32)
+        nq.zeroPoint = np.asarray(q.zeroPoint, np.int64).copy()
+        nq.quantizedDimension = q.quantizedDimension
+        g.tensors[t].quantization = nq
+    for r in readers:
+        r.inputs = [x if int(i) == y else int(i) for i in r.inputs]
+    return True
 
 
 def _drop_unused_tensors(model, sg) -> None:

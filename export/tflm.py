@@ -35,8 +35,10 @@ _RESOLVER_SPECIAL = {
 def _interpreter(path: str | os.PathLike):
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
+    from .tflite_compact import widen_zero_points
+
     it = Interpreter(
-        model_path=str(path),
+        model_content=widen_zero_points(Path(path).read_bytes()),  # TFLM's one-zero-point form
         experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
     )
     it.allocate_tensors()

@@ -405,7 +405,9 @@ def _check_subgraph(b: bytes, sg: _Table, codes: list[int], buf_bytes: list) -> 
                     f"{t.what}: {scales} per-channel scales on dimension {qdim} of shape "
                     f"{shape}"
                 )
-            if zps != scales:  # TFLM reads zero_point[i] for every scale[i]
+            # TFLM reads zero_point[i] for every scale[i], or zero_point[0] for all of them
+            # when there is one (its space-saving form for weights; LiteRT gets it widened)
+            if zps != scales and not (zps == 1 and scales > 1):
                 raise _Bad(f"{t.what}: {zps} zero points for {scales} scales")
             _union(q, 4, 5, _QUANT_DETAILS, f"{t.what} quantization details")
         sp = t.table(6, f"{t.what} sparsity")

@@ -105,3 +105,154 @@ def test_int16_add_keeps_its_options():
     m = S.ModelT.InitFromPackedBuf(bytearray(_add_model("int16", _options(S))), 0)
     assert drop_default_options(m) == 0
     assert m.subgraphs[0].operators[0].builtinOptions is not None
+
+
+# -- an int8 FULLY_CONNECTED (per-channel weights, bias) -> MUL by 0.5 -> ADD graph ----------
+
+
+def _q(S, scale, zp, dim=0):
+    q = S.QuantizationParametersT()
+    q.scale = np.asarray(scale, np.float32).reshape(-1)
+    q.zeroPoint = np.asarray(zp, np.int64).reshape(-1)
+    q.quantizedDimension = dim
+    return q
+
+
+def _fc_mul_model(mul: float = 0.5) -> bytes:
+    """x (1, 4) -> FULLY_CONNECTED(W (3, 4) per-channel int8, bias int32) -> MUL(., mul)
+    -> ADD(., y (1, 3)) -> out; every activation int8."""
+    S = _schema()
+    m = S.ModelT()
+    m.version = 3
+    m.operatorCodes = []
+    for code in (S.BuiltinOperator.FULLY_CONNECTED, S.BuiltinOperator.MUL, S.BuiltinOperator.ADD):
+        oc = S.OperatorCodeT()
+        oc.builtinCode = oc.deprecatedBuiltinCode = code
+        oc.version = 1 if code == S.BuiltinOperator.MUL else 4
+        m.operatorCodes.append(oc)
+    rng = np.random.default_rng(1)
+    w = rng.integers(-127, 128, (3, 4)).astype(np.int8)
+    w_scale = np.array([0.01, 0.02, 0.015])
+    bias = rng.integers(-2000, 2000, 3).astype(np.int32)
+    x_scale = 0.05
+
+    def buf(a):
+        b = S.BufferT()
+        b.data = np.frombuffer(np.ascontiguousarray(a).tobytes(), np.uint8)
+        return b
+
+    m.buffers = [S.BufferT(), buf(w), buf(bias), buf(np.array([127], np.int8))]
+    specs = [  # shape, type, buffer, quantisation
+        ((1, 4), S.TensorType.INT8, 0, _q(S, x_scale, 3)),  # 0 x
+        ((3, 4), S.TensorType.INT8, 1, _q(S, w_scale, [0, 0, 0])),  # 1 W
+        ((3,), S.TensorType.INT32, 2, _q(S, x_scale * w_scale, [0, 0, 0])),  # 2 bias
+        ((1, 3), S.TensorType.INT8, 0, _q(S, 0.04, -5)),  # 3 fc out
+        ((), S.TensorType.INT8, 3, _q(S, mul / 127, 0)),  # 4 the scalar
+        ((1, 3), S.TensorType.INT8, 0, _q(S, 0.02 * mul / 0.5, -4)),  # 5 mul out
+        ((1, 3), S.TensorType.INT8, 0, _q(S, 0.03, 2)),  # 6 y
+        ((1, 3), S.TensorType.INT8, 0, _q(S, 0.05, 0)),  # 7 out
+    ]
+    sg = S.SubGraphT()
+    sg.tensors = []
+    for shape, ttype, b, q in specs:
+        t = S.TensorT()
+        t.shape = np.array(shape, np.int32)
+        t.type, t.buffer, t.quantization, t.hasRank = ttype, b, q, True
+        sg.tensors.append(t)
+    sg.operators = []
+    for code, ins, out in ((0, [0, 1, 2], 3), (1, [3, 4], 5), (2, [5, 6], 7)):
+        op = S.OperatorT()
+        op.opcodeIndex = code
+        op.inputs, op.outputs = np.array(ins, np.int32), np.array([out], np.int32)
+        sg.operators.append(op)
+    sg.inputs, sg.outputs = np.array([0, 6], np.int32), np.array([7], np.int32)
+    m.subgraphs = [sg]
+    return _pack_dedup(S, m)
+
+
+def _codes(n: int = 64):
+    rng = np.random.default_rng(2)
+    return [
+        tuple(rng.integers(-100, 100, (1, k)).astype(np.int8) for k in (4, 3)) for _ in range(n)
+    ]
+
+
+def _run_all(kind: str, data: bytes) -> np.ndarray:
+    from qsa.export.tflite_compact import widen_zero_points
+
+    if kind == "litert":
+        data = widen_zero_points(data)
+    return np.stack([_run(kind, data, a, b) for a, b in _codes()])
+
+
+@pytest.mark.parametrize("kind", ["tflm", "litert"])
+def test_scalar_mul_folds_into_the_weight_scales(kind):
+    """fold_scalar_muls: the MUL by 0.5 goes, the FC's weight, bias and output scales halve
+    (codes unchanged), the ADD reads the FC's output; every output within one step of the
+    unfolded graph (one requantisation fewer) and of the float computation."""
+    from qsa.export.tflite_compact import fold_scalar_muls
+
+    S = _schema()
+    data = _fc_mul_model(0.5)
+    small, info = compact_tflite(data, scalar_muls=True)
+    assert info["scalar_muls"] == 1 and info["after"]["ops"] == 2
+    g = S.ModelT.InitFromPackedBuf(bytearray(small), 0).subgraphs[0]
+    w = next(t for t in g.tensors if t.type == S.TensorType.INT8 and list(t.shape) == [3, 4])
+    assert np.allclose(w.quantization.scale, [0.005, 0.01, 0.0075])
+    want, got = _run_all(kind, data), _run_all(kind, small)
+    assert np.abs(want.astype(int) - got.astype(int)).max() <= 1
+    # a MUL whose input has another reader, or a negative factor, stays
+    m = S.ModelT.InitFromPackedBuf(bytearray(_fc_mul_model(-0.5)), 0)
+    assert fold_scalar_muls(m) == 0
+    m = S.ModelT.InitFromPackedBuf(bytearray(data), 0)
+    m.subgraphs[0].outputs = np.array([7, 3], np.int32)  # the FC's output is a graph output
+    assert fold_scalar_muls(m) == 0
+
+
+@pytest.mark.parametrize("kind", ["tflm", "litert"])
+def test_implied_rank_is_dropped_with_the_same_numbers(kind):
+    """has_rank goes from every tensor with a shape (a scalar keeps it): same bytes out."""
+    S = _schema()
+    data = _fc_mul_model()
+    small, info = compact_tflite(data)
+    assert info["folded"]["rank"] == 7
+    tensors = S.ModelT.InitFromPackedBuf(bytearray(small), 0).subgraphs[0].tensors
+    ranked = [t.hasRank for t in tensors]
+    assert ranked.count(True) == 1  # the scalar
+    assert len(small) < len(data)
+    assert np.array_equal(_run_all(kind, small), _run_all(kind, data))
+
+
+def test_single_zero_points_for_tflm_and_widened_for_litert(tmp_path):
+    """micro=True stores a per-channel constant's all-zero zero points once: TFLite-Micro
+    reads it (same bytes out), LiteRT rejects the raw file, widen_zero_points restores the
+    per-channel form (same bytes out), and the artifact check accepts one zero point for
+    many scales but not two for three."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from qsa.export.errors import ExportError
+    from qsa.export.tflite_compact import widen_zero_points
+    from qsa.export.validate import check_artifact
+
+    S = _schema()
+    data, _ = compact_tflite(_fc_mul_model())
+    micro, info = compact_tflite(data, micro=True)
+    assert info["single_zero_points"] == 2  # the weights and the bias
+    assert len(micro) < len(data)
+    tensors = S.ModelT.InitFromPackedBuf(bytearray(micro), 0).subgraphs[0].tensors
+    zps = [len(t.quantization.zeroPoint) for t in tensors]
+    assert zps.count(1) == len(zps)
+    assert np.array_equal(_run_all("tflm", micro), _run_all("tflm", data))
+    with pytest.raises(ValueError, match="zero_point"):
+        Interpreter(model_content=micro).allocate_tensors()
+    assert widen_zero_points(data) == data
+    assert np.array_equal(_run_all("litert", micro), _run_all("litert", data))
+    path = tmp_path / "model.tflite"
+    path.write_bytes(micro)
+    check_artifact(path, "tflm")
+    m = S.ModelT.InitFromPackedBuf(bytearray(micro), 0)
+    w = next(t for t in m.subgraphs[0].tensors if list(t.shape) == [3, 4])
+    w.quantization.zeroPoint = np.zeros(2, np.int64)
+    path.write_bytes(_pack_dedup(S, m))
+    with pytest.raises(ExportError, match="2 zero points for 3 scales"):
+        check_artifact(path, "tflm")

@@ -18,6 +18,7 @@ is written as packed model files (fp32 and int8) with a model card.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -325,6 +326,7 @@ class Trainer:
                 self.history.append(rec)
                 if self.progress:
                     tqdm.write(json.dumps(rec))
+                self._keep_best(rec)
                 self.state["epoch"] += 1
                 self.state["step_in_epoch"] = 0
                 self.save()
@@ -335,6 +337,30 @@ class Trainer:
         if self.rank == 0:
             atomic_write_text(self.out / "history.json", json.dumps(self.history, indent=1))
         return {"state": self.state, "history": self.history}
+
+    @property
+    def best_path(self) -> Path:
+        return self.out / f"{self.cfg.model}.best.qsa"
+
+    def _keep_best(self, rec: dict[str, Any]) -> None:
+        """The generator of the epoch with the highest validation PESQ so far, as a packed
+        fp32 file next to the checkpoint (a GAN's last epoch is not always its best)."""
+        val = rec.get("val_pesq")
+        if self.rank != 0 or val is None or not math.isfinite(val):
+            return
+        best = self.state.get("best_val")
+        if best is not None and val <= best["val_pesq"]:
+            return
+        from qsa.quantize import save_packed
+
+        self.state["best_val"] = {"val_pesq": val, "epoch": rec["epoch"],
+                                  "global_step": rec["global_step"]}
+        gen = copy.deepcopy(self.G).cpu().eval()
+        card = {"model": self.cfg.model, "data": self.cfg.data, "steps": rec["global_step"],
+                "epochs": rec["epoch"] + 1, "val_pesq_wb": val,
+                "val_pesq_wb_noisy": rec.get("val_pesq_noisy"),
+                "train_config": dataclasses.asdict(self.cfg), "best_of_run": True}
+        save_packed(gen, self.best_path, precision="fp32", card=card)
 
     def close(self):
         self.pool.close()
