@@ -238,3 +238,37 @@ def test_d_warmup_trains_the_critic_only(corpus, tmp_path):
     with pytest.raises(ConfigError, match="d_warmup=5"):
         TrainConfig(model="qcgan-35k", data=f"synth:{corpus}", out=str(tmp_path),
                     d_warmup=5, metric_gan=False)
+
+
+@pytest.mark.slow
+def test_best_validation_epoch_is_kept(corpus, tmp_path):
+    """Each epoch's validation PESQ is compared with the best so far; the generator of the
+    best epoch is written as MODEL.best.qsa (packed fp32, loadable, its card naming the epoch
+    and score), and the checkpoint records which epoch that was, so --resume keeps it."""
+    import json
+
+    import qsa
+    from qsa.quantize import read_packed
+
+    out = tmp_path / "run"
+    r = subprocess.run(train_args(corpus, out, "--max-steps", "0") + ["--epochs", "3"],
+                       capture_output=True, text=True, env=ENV, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    history = json.loads((out / "history.json").read_text())
+    assert len(history) == 3 and all("val_pesq" in h for h in history)
+    best = max(history, key=lambda h: h["val_pesq"])
+    _, meta = read_packed(out / "qcgan-35k.best.qsa")
+    card = meta["card"]
+    assert card["best_of_run"] and card["val_pesq_wb"] == best["val_pesq"]
+    assert card["steps"] == best["global_step"] and card["epochs"] == best["epoch"] + 1
+    state = json.loads(_checkpoint_meta(out)["qsa"])["extra"]["state"]
+    assert state["best_val"]["epoch"] == best["epoch"]
+    m = qsa.load(out / "qcgan-35k.best.qsa")
+    assert torch.isfinite(m(torch.zeros(1, 1600))).all()
+
+
+def _checkpoint_meta(out: Path) -> dict:
+    from safetensors import safe_open
+
+    with safe_open(str(out / "checkpoint.safetensors"), "pt") as f:
+        return f.metadata()
