@@ -74,6 +74,7 @@ class Exporter:
     mix = "conv"  # how quaternion layers write the component mixing (qsa.export.rewrite)
     fold_norm = False  # quaternion layer norms with one two-axis mean (qsa.export.rewrite)
     norm_reduce = "mean"  # how a folded norm writes its means (qsa.export.rewrite)
+    upsample_filler = "concat"  # how an upsampling conv reads past the last bin (rewrite)
     STAGES = ("prepare", "export", "quantize", "lower", "serialize", "verify", "measure")
 
     def __init__(
@@ -175,7 +176,8 @@ class Exporter:
         if self.split:
             net = self.step.network()
             self.export_step = prepare_for_export(
-                net, mix=self.mix, fold_norm=self.fold_norm, norm_reduce=self.norm_reduce
+                net, mix=self.mix, fold_norm=self.fold_norm, norm_reduce=self.norm_reduce,
+                upsample_filler=self.upsample_filler,
             )
             for m in self.export_step.modules():  # empty-cache mask inside the int8 range
                 if hasattr(m, "mask_value"):
@@ -184,7 +186,8 @@ class Exporter:
             self.n_outputs = net.n_outputs
         else:
             self.export_step = prepare_for_export(
-                self.step, mix=self.mix, fold_norm=self.fold_norm, norm_reduce=self.norm_reduce
+                self.step, mix=self.mix, fold_norm=self.fold_norm, norm_reduce=self.norm_reduce,
+                upsample_filler=self.upsample_filler,
             )
             self.example = example_inputs(self.step)
             self.n_outputs = 1
@@ -554,6 +557,7 @@ class LiteRTExporter(Exporter):
     target = "litert"
     mix = "matmul"  # channels-last: a conv mix would be wrapped in transposes
     fold_norm = True  # one op fewer per layer norm (TFLM: ~8 KB less arena for qcgan-35k)
+    upsample_filler = "same"  # TFLite SAME padding: 2 ops fewer per upsampling stage
     mix_bmm = False  # XNNPACK runs the converter's FULLY_CONNECTED form of the mixing
 
     def export(self) -> None:

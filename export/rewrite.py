@@ -252,6 +252,13 @@ class ExportQuaternionLayer(nn.Module):
         )
 
 
+# the odd phase's 2-tap conv reads one bin past the end (only dropped outputs read it):
+# "concat" appends a copy of bin 0 (ExecuTorch/ONNX: XNNPACK delegates a concat but leaves a
+# quantised pad outside), "same" lets the conv pad it (torch padding="same": 0 left, 1 right,
+# which is TFLite's SAME padding for a 2-tap kernel, so the converter adds no op at all)
+UPSAMPLE_FILLERS = ("concat", "same")
+
+
 class ExportQuaternionUpsample(nn.Module):
     """``QuaternionUpsample`` (qsa.models.qcgan: frequency F -> 2F - 1 as an even-bin 1-tap
     and an odd-bin 2-tap quaternion conv, interleaved) as ONE mixing and ONE conv: both phases
@@ -263,8 +270,11 @@ class ExportQuaternionUpsample(nn.Module):
     and bias adds, and a concat, two reshapes and a quantize to interleave (qcgan-35k: 8 ops
     fewer per stage, 6 stages)."""
 
-    def __init__(self, up: nn.Module, mix: str = "conv"):
+    def __init__(self, up: nn.Module, mix: str = "conv", filler: str = "concat"):
         super().__init__()
+        if filler not in UPSAMPLE_FILLERS:
+            raise ExportError(f"filler={filler!r}; expected one of {UPSAMPLE_FILLERS}")
+        self.filler = filler
         (even, we), (odd, wo) = _layer_weight(up.even), _layer_weight(up.odd)
         for layer, k in ((even, (1, 1)), (odd, (1, 2))):
             if (not isinstance(layer, QuaternionConv2d) or layer.depthwise
@@ -297,14 +307,20 @@ class ExportQuaternionUpsample(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, 4 n_in, T, F) -> (B, 4 n_out, T, 2F - 1)."""
         b, _, t, f = x.shape
-        x = torch.cat([x, x[..., :1]], dim=-1)  # a filler bin: only dropped outputs read it
-        z = F.conv2d(self.mix(x, self.n_in), self.weight)  # (4B, 2 n_out: (phase, o), T, F)
+        if self.filler == "same":  # the filler bin is the conv's own zero padding
+            z = F.conv2d(self.mix(x, self.n_in), self.weight, padding="same")
+        else:
+            x = torch.cat([x, x[..., :1]], dim=-1)
+            z = F.conv2d(self.mix(x, self.n_in), self.weight)  # (4B, 2 n_out: (phase, o), T, F)
         if b == 1:  # the streaming step: rows are the components, the bias adds in place
             z = z + self.bias
         else:
             z = (z.reshape(b, 4, 2 * self.n_out, t, f) + self.bias).reshape(z.shape)
-        z = z.reshape(4 * b, 2, self.n_out, t, f).permute(0, 2, 3, 4, 1)  # (4B, o, T, F, p)
-        z = z.reshape(4 * b, self.n_out, t, 2 * f)[..., : 2 * f - 1]  # bins 0, 1, .., 2F - 2
+        # the interleave in channels-last order, where it is a reshape: (F, (p, o)) is
+        # (2F, o) bin-major. A channels-last converter's transpose after the conv cancels
+        # the first permute, so one transpose back remains (TFLite: 2 ops fewer per stage)
+        z = z.permute(0, 2, 3, 1).reshape(4 * b, t, 2 * f, self.n_out)  # (4B, T, 2F, o)
+        z = z[:, :, : 2 * f - 1].permute(0, 3, 1, 2)  # bins 0, 1, .., 2F - 2: (4B, o, T, F')
         return z.reshape(b, 4 * self.n_out, t, 2 * f - 1)
 
     def extra_repr(self) -> str:
@@ -395,6 +411,7 @@ def prepare_for_export(
     mix: str = "conv",
     fold_norm: bool = False,
     norm_reduce: str = "mean",
+    upsample_filler: str = "concat",
 ) -> nn.Module:
     """Copy of ``model`` (eval) with every quaternion layer (fp32 or packed int8 reference)
     replaced by ``ExportQuaternionLayer``; the numbers are unchanged (fp32 rounding aside).
@@ -403,11 +420,16 @@ def prepare_for_export(
     into the linears they feed where a module says so, ``fold_norm_gains``) with the means
     written as ``norm_reduce`` ("mean": mean ops, fewest TFLite ops; "linear": constant
     linear ops, which XNNPACK delegates). QC-GAN's polyphase upsampling stages become
-    ``ExportQuaternionUpsample`` (one conv per stage instead of two)."""
+    ``ExportQuaternionUpsample`` (one conv per stage instead of two; ``upsample_filler``: how
+    its conv gets the bin past the end, see UPSAMPLE_FILLERS)."""
     if mix not in MIX_MODES:
         raise ExportError(f"mix={mix!r}; expected one of {MIX_MODES}")
     if norm_reduce not in NORM_REDUCES:
         raise ExportError(f"norm_reduce={norm_reduce!r}; expected one of {NORM_REDUCES}")
+    if upsample_filler not in UPSAMPLE_FILLERS:
+        raise ExportError(
+            f"upsample_filler={upsample_filler!r}; expected one of {UPSAMPLE_FILLERS}"
+        )
     from qsa.quantize import Int8QuaternionLayer
 
     if not inplace:
@@ -429,7 +451,7 @@ def prepare_for_export(
                     )
                 setattr(parent, name, ExportQuaternionLayer(layer, w, mix))
             elif isinstance(child, QuaternionUpsample):
-                setattr(parent, name, ExportQuaternionUpsample(child, mix))
+                setattr(parent, name, ExportQuaternionUpsample(child, mix, upsample_filler))
             elif isinstance(child, nn.PReLU):
                 setattr(parent, name, ExportPReLU(child))
             elif fold_norm and isinstance(child, QuaternionLayerNorm):

@@ -198,12 +198,14 @@ def test_norm_gains_fold_into_the_linears_they_feed():
 
 @pytest.mark.parametrize("mix", ["conv", "matmul"])
 @pytest.mark.parametrize("int8", [False, True])
-def test_upsample_stage_is_one_conv(mix, int8):
+@pytest.mark.parametrize("filler", ["concat", "same"])
+def test_upsample_stage_is_one_conv(mix, int8, filler):
     """QC-GAN's polyphase upsampling (an even 1-tap and an odd 2-tap quaternion conv,
     interleaved) exports as one mixing and one conv with both phases as output channels:
     the same numbers offline (batch, several frames) and for a streaming row, fp32 and the
-    packed int8 reference; the components stay stored once (only the even phase's zero taps
-    are added)."""
+    packed int8 reference, with the bin past the end appended (concat) or the conv's own
+    padding (same); the components stay stored once (only the even phase's zero taps are
+    added)."""
     from qsa.export.rewrite import ExportQuaternionUpsample
     from qsa.models.qcgan import QuaternionUpsample
 
@@ -214,8 +216,8 @@ def test_upsample_stage_is_one_conv(mix, int8):
     model = nn.Sequential(up)
     if int8:
         model = quantize_(model, Int8Config())
-    ex = prepare_for_export(model, mix=mix)
-    assert isinstance(ex[0], ExportQuaternionUpsample)
+    ex = prepare_for_export(model, mix=mix, upsample_filler=filler)
+    assert isinstance(ex[0], ExportQuaternionUpsample) and ex[0].filler == filler
     n_conv = sum(isinstance(m, ExportQuaternionLayer) for m in ex.modules())
     assert n_conv == 0  # one module, one conv
     w = ex[0].weight
@@ -244,3 +246,7 @@ def test_upsample_export_form_checks_its_layers():
     up.odd = QuaternionConv2d(8, 8, (1, 2))
     with pytest.raises(ExportError, match="channels differ"):
         ExportQuaternionUpsample(up)
+    with pytest.raises(ExportError, match="filler='zeros'"):
+        ExportQuaternionUpsample(QuaternionUpsample(8, 4), filler="zeros")
+    with pytest.raises(ExportError, match="upsample_filler='zeros'"):
+        prepare_for_export(nn.Sequential(QuaternionUpsample(8, 4)), upsample_filler="zeros")
