@@ -235,7 +235,12 @@ class ExportQuaternionLayer(nn.Module):
             p = self._op(xm, 4 * self.n_in)  # (4B, 4n: (a, o), *S')
             sp = p.shape[2:]
             p = p.reshape(4 * b, 4, self.n_in, -1)  # (4B, a, n, prod S')
-            y = F.conv2d(p, self.sum_weight)  # (4B, 1, n, prod S'): sum over a, exact +1s
+            if self.mix.mode == "matmul":
+                # channels-last converters: a sum over a, on the (a, o) channels the
+                # depthwise conv writes last (TFLite: RESHAPE + SUM, no transposes)
+                y = p.sum(dim=1)  # (4B, n, prod S')
+            else:
+                y = F.conv2d(p, self.sum_weight)  # (4B, 1, n, prod S'): sum over a, exact +1s
             y = y.reshape(4 * b, self.n_in, *sp)  # (4B, n, *S')
         else:
             y = self._op(xm, 1)  # (4B, n_out, *S')
