@@ -30,11 +30,13 @@ depthwise conv with the four components on 4n channels and add the four partial 
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from qsa.layers.attention import QuaternionSelfAttention
 from qsa.layers.hamilton import RECOMBINE
 from qsa.layers.quaternion import (
     QuaternionConv1d,
@@ -377,6 +379,52 @@ class ExportQuaternionLayerNorm(nn.Module):
         return q.reshape(x.shape)
 
 
+class ExportSharedScoreAttention(QuaternionSelfAttention):
+    """The streaming step of shared-score quaternion attention (causal, bounded window) in a
+    form with no per-head layout moves, for channels-last converters (LiteRT/TFLite-Micro).
+
+    The source step splits q and the cached keys and values into heads, (T, 4, H, d) ->
+    (H, T, 4 d), with a reshape and a transpose each, and merges them back. Here every head
+    reads the whole token: the scores are (q * S) @ K^T with S (H, E) selecting head h's
+    features (and holding the 1/sqrt(4d) scale), so row h is head h's score; the output
+    is (P @ V) * M summed over the heads, M (H, E) keeping head h's features from row h.
+    The same numbers (the score and value products take H x the MACs: 2 x H x W x E instead
+    of 2 x W x E per token); the cache keeps the source layout, so the state is the
+    source's. The offline forward and everything else are the source's (the same
+    projection modules)."""
+
+    def __init__(self, attn: QuaternionSelfAttention):
+        if attn.score != "shared" or not attn.causal or attn.window is None:
+            raise ExportError(
+                "ExportSharedScoreAttention needs shared-score, causal attention with a "
+                f"bounded window, got score={attn.score!r} causal={attn.causal} "
+                f"window={attn.window}"
+            )
+        super().__init__(attn.embed_dim, attn.num_heads, "shared", True, attn.window)
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            setattr(self, name, getattr(attn, name))
+        self.mask_value = attn.mask_value
+        h, d = attn.num_heads, attn.head_quaternions
+        sel = torch.zeros(h, 4, h, d)  # (score head, component, head, unit)
+        for i in range(h):
+            sel[i, :, i, :] = 1.0
+        sel = sel.reshape(h, attn.embed_dim)
+        self.register_buffer("head_select", sel)
+        self.register_buffer("head_scores", sel / math.sqrt(4 * d))
+
+    def step(self, x: torch.Tensor, state):
+        """One token x (B, 1, E) against the cache -> (y (B, 1, E), new state)."""
+        k_cache, v_cache, valid = state
+        k_all = torch.cat([k_cache, self.k_proj(x)], dim=1)  # (B, W, E)
+        v_all = torch.cat([v_cache, self.v_proj(x)], dim=1)
+        valid_all = torch.cat([valid, torch.ones_like(x[:, :, 0])], dim=1)  # (B, W)
+        mask = ((1.0 - valid_all) * self.mask_value).unsqueeze(1)  # (B, 1, W)
+        s = torch.matmul(self.q_proj(x) * self.head_scores, k_all.transpose(1, 2))  # (B, H, W)
+        p = torch.softmax(s + mask, dim=-1)  # one softmax per head, shared by 4 components
+        o = (torch.matmul(p, v_all) * self.head_select).sum(dim=1, keepdim=True)  # (B, 1, E)
+        return self.out_proj(o), (k_all[:, 1:], v_all[:, 1:], valid_all[:, 1:])
+
+
 class ExportPReLU(nn.Module):
     """PReLU as relu(x) - alpha * relu(-x): the LiteRT converter decomposes aten.prelu *after*
     quantisation (its pieces stay float); written out, each piece is an int8 op."""
@@ -459,6 +507,10 @@ def prepare_for_export(
                 setattr(parent, name, ExportQuaternionUpsample(child, mix, upsample_filler))
             elif isinstance(child, nn.PReLU):
                 setattr(parent, name, ExportPReLU(child))
+            elif (isinstance(child, QuaternionSelfAttention) and mix == "matmul"
+                  and child.score == "shared" and child.causal and child.window is not None):
+                visit(child, f"{prefix}{name}.")
+                setattr(parent, name, ExportSharedScoreAttention(child))
             elif fold_norm and isinstance(child, QuaternionLayerNorm):
                 setattr(parent, name, ExportQuaternionLayerNorm(child, norm_reduce))
             else:

@@ -231,7 +231,7 @@ def test_mix_as_batch_matmul_is_bit_exact_on_tflm(tflm_exporter, tflm_int8, tmp_
     counts = {}
     for o in tflite_ops_bytes(mixed, tmp_path):
         counts[o["op"]] = counts.get(o["op"], 0) + 1
-    assert counts["BATCH_MATMUL"] == 10 + n  # the attention's own 10
+    assert counts["BATCH_MATMUL"] == 8 + n  # + the 3-d mixes the converter writes itself
     want, got = _run_steps("tflm", plain), _run_steps("tflm", mixed)
     assert len(want) == len(got) > 0
     for w, g in zip(want, got, strict=True):
@@ -353,8 +353,8 @@ def test_microcontroller_arena_bound(tflm_int8):
 @pytest.mark.xfail(
     strict=True,
     reason="packed-size bound not met yet: the int8 network holds 36.6 KB of weights and "
-    "biases, but ~372 ops / ~501 tensors of graph structure (transposes and mixes around the "
-    "quaternion layers, the decomposed layer norms) bring the file to ~76 KB (bound ~68 KB)",
+    "biases, but ~361 ops / ~485 tensors of graph structure (transposes and mixes around the "
+    "quaternion layers, the decomposed layer norms) bring the file to ~75 KB (bound ~68 KB)",
 )
 def test_microcontroller_file_bound(tflm_int8):
     r = tflm_int8.report

@@ -250,3 +250,39 @@ def test_upsample_export_form_checks_its_layers():
         ExportQuaternionUpsample(QuaternionUpsample(8, 4), filler="zeros")
     with pytest.raises(ExportError, match="upsample_filler='zeros'"):
         prepare_for_export(nn.Sequential(QuaternionUpsample(8, 4)), upsample_filler="zeros")
+
+
+@pytest.mark.parametrize("heads", [1, 4])
+def test_shared_score_attention_step_without_head_moves(heads):
+    """prepare_for_export(mix="matmul") gives a causal windowed shared-score attention the
+    head-select step (every head reads the whole token, no per-head reshapes/transposes):
+    the same outputs and the same state as the source's step over a stream longer than the
+    window (cache filling, then sliding), and the same offline forward; conv-mix exports and
+    other attention kinds keep the source module."""
+    from qsa.export.rewrite import ExportSharedScoreAttention
+    from qsa.layers.attention import QuaternionSelfAttention
+
+    torch.manual_seed(heads)
+    attn = QuaternionSelfAttention(16 * heads, heads, "shared", causal=True, window=5).eval()
+    for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.out_proj):
+        nn.init.normal_(m.bias)
+    ex = prepare_for_export(nn.Sequential(attn), mix="matmul")[0]
+    assert isinstance(ex, ExportSharedScoreAttention)
+    assert isinstance(ex.q_proj, ExportQuaternionLayer)
+    state, ex_state = attn.init_state(2), ex.init_state(2)
+    xs = torch.randn(2, 9, 16 * heads)
+    with torch.no_grad():
+        for t in range(xs.shape[1]):
+            want, state = attn.step(xs[:, t : t + 1], state)
+            got, ex_state = ex.step(xs[:, t : t + 1], ex_state)
+            assert torch.allclose(got, want, atol=1e-5), t
+            for a, b in zip(ex_state, state, strict=True):
+                assert torch.allclose(a, b, atol=1e-5), t
+        assert torch.allclose(ex(xs), attn(xs), atol=1e-5)
+    assert not isinstance(prepare_for_export(nn.Sequential(attn), mix="conv")[0],
+                          ExportSharedScoreAttention)
+    ham = QuaternionSelfAttention(16, 1, "hamilton", causal=True, window=5)
+    assert not isinstance(prepare_for_export(nn.Sequential(ham), mix="matmul")[0],
+                          ExportSharedScoreAttention)
+    with pytest.raises(ExportError, match="shared-score, causal"):
+        ExportSharedScoreAttention(QuaternionSelfAttention(16, 1, "shared"))
