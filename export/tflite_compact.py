@@ -196,6 +196,7 @@ def compact_tflite(
     bmm = mix_to_batch_matmul(model) if mix_bmm else 0  # after fold: rank-2 operands
     if fold:
         folded["options"] = drop_default_options(model)
+        folded["unit_reshapes"] = bypass_unit_reshapes(model)
         folded["rank"] = drop_implied_rank(model)
     zps = single_weight_zero_points(model) if micro else 0
     if strip_strings:
@@ -321,6 +322,75 @@ def drop_default_options(model) -> int:
                 continue
             op.builtinOptionsType, op.builtinOptions = 0, None
             n += 1
+    return n
+
+
+def _lead_ones_stripped(shape) -> tuple[int, ...]:
+    s = [int(v) for v in shape]
+    while s and s[0] == 1:
+        s = s[1:]
+    return tuple(s)
+
+
+def bypass_unit_reshapes(model) -> int:
+    """RESHAPEs that only add or drop leading 1s, bypassed where the reader broadcasts, in
+    place; how many went (the data are the same bytes, so bit-identical):
+
+    - into a BATCH_MATMUL's right operand whose output only FULLY_CONNECTEDs read (they
+      flatten it to rows): the matmul takes the unreshaped operand, its output gains the
+      leading 1s ((1, 17, 4, 3) instead of (17, 4, 3): the same rows);
+    - into an ADD/SUB/MUL whose other operand already has the output's shape, when the
+      reshape only adds leading 1s: broadcasting adds them.
+
+    qcgan-35k: the frequency Conformer's norm outputs into their mixing and its residual
+    adds (7 ops)."""
+    kind = _op_kind(model)
+    n = 0
+    for sg in model.subgraphs:
+        tensors = sg.tensors
+        keep = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
+        prod, readers = _graph_index(sg.operators or [])
+        dead: set[int] = set()
+        for r in sg.operators or []:
+            if kind(r) != "RESHAPE" or len(r.inputs) < 1:
+                continue
+            a, b = int(r.inputs[0]), int(r.outputs[0])
+            sa, sb = _shape(tensors[a]), _shape(tensors[b])
+            users = readers.get(b, [])
+            if (b in keep or not users or sa is None or sb is None or sa == sb
+                    or _lead_ones_stripped(sa) != _lead_ones_stripped(sb)
+                    or not _same_quant(tensors[a], tensors[b])):
+                continue
+            plan = []
+            for u in users:
+                k, ins = kind(u), [int(i) for i in u.inputs]
+                if (k == "BATCH_MATMUL" and ins.count(b) == 1 and ins[1] == b
+                        and len(sa) <= 5 and len(sa) >= len(sb)):
+                    o = int(u.outputs[0])
+                    out = _shape(tensors[o])
+                    if (out is None or o in keep or not readers.get(o)
+                            or any(kind(f) != "FULLY_CONNECTED" or int(f.inputs[0]) != o
+                                   or not _rows_out(tensors, f) for f in readers[o])):
+                        break
+                    plan.append((u, (1,) * (len(sa) - len(sb)) + out))
+                elif (k in ("ADD", "SUB", "MUL") and len(ins) == 2 and ins.count(b) == 1
+                      and len(sa) <= len(sb)):
+                    other, out = ins[1 - ins.index(b)], _shape(tensors[int(u.outputs[0])])
+                    if _shape(tensors[other]) != out or out != sb:
+                        break
+                    plan.append((u, None))
+                else:
+                    break
+            else:
+                for u, new_out in plan:
+                    u.inputs = [a if int(i) == b else int(i) for i in u.inputs]
+                    if new_out is not None:
+                        tensors[int(u.outputs[0])].shape = np.asarray(new_out, np.int32)
+                dead.add(id(r))
+                n += 1
+        if dead:
+            sg.operators = [op for op in sg.operators if id(op) not in dead]
+            _drop_unused_tensors(model, sg)
     return n
 
 

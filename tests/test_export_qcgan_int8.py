@@ -186,9 +186,10 @@ def test_reshape_folding_is_bit_exact_and_smaller(tflm_exporter, tmp_path):
     folded, info = compact_tflite(raw.read_bytes(), fold=True)
     f = info["folded"]
     assert f["shape_inputs"] > 0 and f["bypassed"] > 0 and f["sunk"] > 0
+    assert f["unit_reshapes"] > 0  # leading-1 reshapes into matmuls and residual adds
     assert f["ops"] > f["bypassed"]  # sunk runs drop their entry (and identity exit) reshapes
-    assert info["after"]["ops"] == info["before"]["ops"] - f["ops"]
-    assert info["after"]["tensors"] == info["before"]["tensors"] - f["tensors"]
+    assert info["after"]["ops"] == info["before"]["ops"] - f["ops"] - f["unit_reshapes"]
+    assert info["after"]["tensors"] == info["before"]["tensors"] - f["tensors"] - f["unit_reshapes"]
     assert len(folded) < len(plain)
     m = S.Model.GetRootAs(folded, 0)
     g = m.Subgraphs(0)
@@ -301,7 +302,9 @@ def test_scalar_mul_fold_keeps_the_numbers(tflm_exporter, tflm_int8, reference, 
     plain, p_info = compact_tflite(raw.read_bytes(), **flags)
     folded, f_info = compact_tflite(raw.read_bytes(), scalar_muls=True, **flags)
     assert f_info["scalar_muls"] == 5
-    assert f_info["after"]["ops"] == p_info["after"]["ops"] - 5
+    # (a reshape a folded MUL stood behind may then be a leading-1 one the fold bypasses)
+    more = f_info["folded"]["unit_reshapes"] - p_info["folded"]["unit_reshapes"]
+    assert f_info["after"]["ops"] == p_info["after"]["ops"] - 5 - more
     assert len(folded) < len(plain)
     assert folded == tflm_int8.artifact.read_bytes()
     outs = {}
@@ -353,8 +356,8 @@ def test_microcontroller_arena_bound(tflm_int8):
 @pytest.mark.xfail(
     strict=True,
     reason="packed-size bound not met yet: the int8 network holds 36.6 KB of weights and "
-    "biases, but ~361 ops / ~485 tensors of graph structure (transposes and mixes around the "
-    "quaternion layers, the decomposed layer norms) bring the file to ~75 KB (bound ~68 KB)",
+    "biases, but ~354 ops / ~478 tensors of graph structure (transposes and mixes around the "
+    "quaternion layers, the decomposed layer norms) bring the file to ~74.6 KB (bound ~68 KB)",
 )
 def test_microcontroller_file_bound(tflm_int8):
     r = tflm_int8.report
