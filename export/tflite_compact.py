@@ -238,16 +238,19 @@ def _opcode(model, name: str) -> int:
 
 
 def mix_to_batch_matmul(model) -> int:
-    """TRANSPOSE(x) -> FULLY_CONNECTED(const A, filter=x^T) -> BATCH_MATMUL(A, x), in place;
-    how many were rewritten.
+    """TRANSPOSE(x) -> FULLY_CONNECTED(A, filter=x^T) -> BATCH_MATMUL(A, x), in place; how
+    many were rewritten.
 
     The LiteRT converter lowers ``A @ x`` with a constant left side (the quaternion layers'
     +-1 component mixing, qsa.export.rewrite ``mix="matmul"``) to a transpose of x and a
     FULLY_CONNECTED that reads the constant as its input and x^T as its weights. BATCH_MATMUL
     computes the same sums from x directly: one op and one tensor fewer per layer (qcgan-35k:
-    20). Both kernels accumulate in int32 with the same offsets and requantise with the same
-    scales, so TFLite-Micro's reference kernels give identical bytes. Only rank-2 operands
-    without a bias, and only transposes that nothing else reads."""
+    20). The same holds for an activation A, the attention's weights times the values
+    (``P @ V``, which the converter writes the same way: qcgan-35k's time and frequency
+    attention, with A (1, rows, k) broadcast against x (k, n)). Both kernels accumulate in
+    int32 with the same offsets and requantise with the same scales, so TFLite-Micro's
+    reference kernels give identical bytes. Only a rank-2 x, no bias, and only transposes
+    that nothing else reads."""
     S = _schema()
     kind = _op_kind(model)
     n = 0
@@ -266,17 +269,17 @@ def mix_to_batch_matmul(model) -> int:
             if o is not None and o.fusedActivationFunction:
                 continue  # (keep_num_dims: rank-2 sides, the output is (m, n) either way)
             a, ft = ins[0], ins[1]
-            if not _is_const(model, tensors[a]) or _is_const(model, tensors[ft]):
+            if _is_const(model, tensors[ft]):
                 continue
             tr = prod.get(ft)
             if tr is None or kind(tr) != "TRANSPOSE" or ft in keep or len(readers[ft]) != 1:
                 continue
             x = int(tr.inputs[0])
-            shapes = [_shape(tensors[t]) for t in (a, x, int(op.outputs[0]))]
-            if any(s is None or len(s) != 2 for s in shapes):
+            sa, sx, out = (_shape(tensors[t]) for t in (a, x, int(op.outputs[0])))
+            if sa is None or sx is None or out is None or len(sx) != 2 or not 2 <= len(sa) <= 5:
                 continue
-            (m, k), (k2, nn), out = shapes
-            if k != k2 or out != (m, nn):
+            (k2, nn) = sx
+            if sa[-1] != k2 or out != sa[:-1] + (nn,):
                 continue
             if any(_qkey(tensors[t].quantization) is None or len(tensors[t].quantization.scale) != 1
                    for t in (a, x)):
@@ -367,10 +370,14 @@ def bypass_unit_reshapes(model) -> int:
                 if (k == "BATCH_MATMUL" and ins.count(b) == 1 and ins[1] == b
                         and len(sa) <= 5 and len(sa) >= len(sb)):
                     o = int(u.outputs[0])
-                    out = _shape(tensors[o])
-                    if (out is None or o in keep or not readers.get(o)
-                            or any(kind(f) != "FULLY_CONNECTED" or int(f.inputs[0]) != o
-                                   or not _rows_out(tensors, f) for f in readers[o])):
+                    out, lhs = _shape(tensors[o]), _shape(tensors[ins[0]])
+                    if out is None or lhs is None or o in keep or not readers.get(o):
+                        break
+                    if len(sa) <= len(lhs):  # the left side already has the batch rank
+                        plan.append((u, None))
+                        continue
+                    if any(kind(f) != "FULLY_CONNECTED" or int(f.inputs[0]) != o
+                           or not _rows_out(tensors, f) for f in readers[o]):
                         break
                     plan.append((u, (1,) * (len(sa) - len(sb)) + out))
                 elif (k in ("ADD", "SUB", "MUL") and len(ins) == 2 and ins.count(b) == 1

@@ -212,7 +212,8 @@ def test_reshape_folding_is_bit_exact_and_smaller(tflm_exporter, tmp_path):
 
 def test_mix_as_batch_matmul_is_bit_exact_on_tflm(tflm_exporter, tflm_int8, tmp_path):
     """mix_to_batch_matmul on the converter's own output: every quaternion layer's TRANSPOSE +
-    FULLY_CONNECTED(const mixing, x^T) becomes one BATCH_MATMUL(mixing, x); TFLite-Micro gives
+    FULLY_CONNECTED(const mixing, x^T) becomes one BATCH_MATMUL(mixing, x) (and the attention's
+    FULLY_CONNECTED(P, V^T) one BATCH_MATMUL(P, V)); TFLite-Micro gives
     the same bytes. The exported artifact is the rewritten one, so LiteRT (whose XNNPACK
     FULLY_CONNECTED rounds differently from its BATCH_MATMUL) is held to the int8 floor by
     test_saved_artifact_streams_in_tflm_and_litert."""
@@ -224,9 +225,14 @@ def test_mix_as_batch_matmul_is_bit_exact_on_tflm(tflm_exporter, tflm_int8, tmp_
     plain, p_info = compact_tflite(raw.read_bytes(), **flags)
     mixed, m_info = compact_tflite(raw.read_bytes(), mix_bmm=True, **flags)
     n = m_info["mix_bmm"]
-    assert n == 20  # one per quaternion layer whose input is not already a shared mix
-    assert m_info["after"]["ops"] == p_info["after"]["ops"] - n
-    assert m_info["after"]["tensors"] == p_info["after"]["tensors"] - n
+    # one per quaternion layer whose input is not already a shared mix (20), and the time
+    # and frequency attention's weights x values (2)
+    assert n == 22
+    # (the values' leading-1 reshape before the transpose then goes too)
+    more = m_info["folded"]["unit_reshapes"] - p_info["folded"]["unit_reshapes"]
+    assert m_info["after"]["ops"] == p_info["after"]["ops"] - n - more
+    # (<=: a transpose's permutation constant goes with the last transpose that read it)
+    assert m_info["after"]["tensors"] <= p_info["after"]["tensors"] - n - more
     assert len(mixed) < len(plain)
     assert mixed == tflm_int8.artifact.read_bytes()
     counts = {}
@@ -356,8 +362,8 @@ def test_microcontroller_arena_bound(tflm_int8):
 @pytest.mark.xfail(
     strict=True,
     reason="packed-size bound not met yet: the int8 network holds 36.6 KB of weights and "
-    "biases, but ~354 ops / ~478 tensors of graph structure (transposes and mixes around the "
-    "quaternion layers, the decomposed layer norms) bring the file to ~74.6 KB (bound ~68 KB)",
+    "biases, but ~351 ops / ~474 tensors of graph structure (transposes and mixes around the "
+    "quaternion layers, the decomposed layer norms) bring the file to ~74.3 KB (bound ~68 KB)",
 )
 def test_microcontroller_file_bound(tflm_int8):
     r = tflm_int8.report
