@@ -291,9 +291,7 @@ def mix_to_batch_matmul(model) -> int:
             op.inputs = [a, x]
             dead.add(id(tr))
             n += 1
-        if dead:
-            sg.operators = [op for op in sg.operators if id(op) not in dead]
-            _drop_unused_tensors(model, sg)
+        _remove_ops(model, sg, dead)
     return n
 
 
@@ -347,12 +345,10 @@ def bypass_unit_reshapes(model) -> int:
 
     qcgan-35k: the frequency Conformer's norm outputs into their mixing and its residual
     adds (7 ops)."""
-    kind = _op_kind(model)
     n = 0
     for sg in model.subgraphs:
-        tensors = sg.tensors
-        keep = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
-        prod, readers = _graph_index(sg.operators or [])
+        g = _Graph(model, sg)
+        tensors, keep, readers, kind = g.tensors, g.keep, g.readers, g.kind
         dead: set[int] = set()
         for r in sg.operators or []:
             if kind(r) != "RESHAPE" or len(r.inputs) < 1:
@@ -395,9 +391,7 @@ def bypass_unit_reshapes(model) -> int:
                         tensors[int(u.outputs[0])].shape = np.asarray(new_out, np.int32)
                 dead.add(id(r))
                 n += 1
-        if dead:
-            sg.operators = [op for op in sg.operators if id(op) not in dead]
-            _drop_unused_tensors(model, sg)
+        _remove_ops(model, sg, dead)
     return n
 
 
@@ -936,6 +930,13 @@ def _fold_mul(g: _Graph, op) -> bool:
     for r in readers:
         r.inputs = [x if int(i) == y else int(i) for i in r.inputs]
     return True
+
+
+def _remove_ops(model, sg, dead: set[int]) -> None:
+    """Drop the operators whose id() is in ``dead``, then the tensors nothing uses."""
+    if dead:
+        sg.operators = [op for op in sg.operators if id(op) not in dead]
+        _drop_unused_tensors(model, sg)
 
 
 def _drop_unused_tensors(model, sg) -> None:

@@ -251,12 +251,38 @@ def tflite_ops_bytes(data: bytes, tmp_path) -> list[dict]:
     return tflite_ops(path)
 
 
+def _stream_variants(tflm_int8, tmp_path, wave, variants: dict[str, bytes]) -> dict:
+    """Each variant of the artifact in its own folder (report.json with its bytes and hash),
+    streamed over ``wave`` in both interpreters: {(name, kind): output}."""
+    import hashlib
+
+    outs = {}
+    for name, data in variants.items():
+        d = tmp_path / name
+        d.mkdir()
+        (d / "model.tflite").write_bytes(data)
+        report = json.loads(tflm_int8.report_path.read_text())
+        report.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        (d / "report.json").write_text(json.dumps(report))
+        for kind in ("tflm", "litert"):
+            outs[name, kind] = load_runtime(kind, d / "model.tflite").run_utterance(wave)
+    return outs
+
+
+def _assert_as_close_as_two_roundings(ref, outs, plain: str, changed: str) -> None:
+    """``changed`` at the int8 floor from fp32 and as close to ``plain`` as two independent
+    int8 roundings of the graph would be, in both interpreters."""
+    for kind in ("tflm", "litert"):
+        assert sqnr_db(ref, outs[changed, kind]) >= INT8_SQNR_FLOOR_DB, kind
+        apart = sqnr_db(outs[plain, kind], outs[changed, kind])
+        assert apart >= sqnr_db(ref, outs[plain, kind]) - 3.1, (kind, apart)
+
+
 def test_prelu_fusion_keeps_the_numbers(tflm_exporter, tflm_int8, reference, tmp_path):
     """fuse_prelu on the converter's own output: each four-op PReLU becomes one PRELU op
     (three ops and tensors fewer each); both interpreters stream the utterance from the fused
     file as close to the unfused one as two int8 roundings allow, and at the int8 floor from
     fp32. The exported artifact is the fused one."""
-    import hashlib
 
     from qsa.export.tflite_compact import compact_tflite
 
@@ -271,24 +297,13 @@ def test_prelu_fusion_keeps_the_numbers(tflm_exporter, tflm_int8, reference, tmp
     assert f_info["after"]["ops"] == p_info["after"]["ops"] - 3 * n
     assert f_info["after"]["tensors"] <= p_info["after"]["tensors"] - 3 * n
     assert fused == tflm_int8.artifact.read_bytes()
-    outs = {}
-    for name, data in (("plain", plain), ("fused", fused)):
-        d = tmp_path / name
-        d.mkdir()
-        (d / "model.tflite").write_bytes(data)
-        report = json.loads(tflm_int8.report_path.read_text())
-        report.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
-        (d / "report.json").write_text(json.dumps(report))
+    outs = _stream_variants(tflm_int8, tmp_path, wave, {"plain": plain, "fused": fused})
+    for name in ("plain", "fused"):
         counts = {}
-        for o in tflite_ops(d / "model.tflite"):
+        for o in tflite_ops(tmp_path / name / "model.tflite"):
             counts[o["op"]] = counts.get(o["op"], 0) + 1
         assert counts.get("PRELU", 0) == (n if name == "fused" else 0)
-        for kind in ("tflm", "litert"):
-            outs[name, kind] = load_runtime(kind, d / "model.tflite").run_utterance(wave)
-    for kind in ("tflm", "litert"):
-        assert sqnr_db(ref, outs["fused", kind]) >= INT8_SQNR_FLOOR_DB, kind
-        apart = sqnr_db(outs["plain", kind], outs["fused", kind])
-        assert apart >= sqnr_db(ref, outs["plain", kind]) - 3.1, (kind, apart)
+    _assert_as_close_as_two_roundings(ref, outs, "plain", "fused")
 
 
 def test_scalar_mul_fold_keeps_the_numbers(tflm_exporter, tflm_int8, reference, tmp_path):
@@ -297,7 +312,6 @@ def test_scalar_mul_fold_keeps_the_numbers(tflm_exporter, tflm_int8, reference, 
     both interpreters stream the utterance from the folded file as close to the unfolded one
     as two int8 roundings allow, and at the int8 floor from fp32. The artifact is the folded
     file."""
-    import hashlib
 
     from qsa.export.tflite_compact import compact_tflite
 
@@ -313,20 +327,8 @@ def test_scalar_mul_fold_keeps_the_numbers(tflm_exporter, tflm_int8, reference, 
     assert f_info["after"]["ops"] == p_info["after"]["ops"] - 5 - more
     assert len(folded) < len(plain)
     assert folded == tflm_int8.artifact.read_bytes()
-    outs = {}
-    for name, data in (("plain", plain), ("folded", folded)):
-        d = tmp_path / name
-        d.mkdir()
-        (d / "model.tflite").write_bytes(data)
-        report = json.loads(tflm_int8.report_path.read_text())
-        report.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
-        (d / "report.json").write_text(json.dumps(report))
-        for kind in ("tflm", "litert"):
-            outs[name, kind] = load_runtime(kind, d / "model.tflite").run_utterance(wave)
-    for kind in ("tflm", "litert"):
-        assert sqnr_db(ref, outs["folded", kind]) >= INT8_SQNR_FLOOR_DB, kind
-        apart = sqnr_db(outs["plain", kind], outs["folded", kind])
-        assert apart >= sqnr_db(ref, outs["plain", kind]) - 3.1, (kind, apart)
+    outs = _stream_variants(tflm_int8, tmp_path, wave, {"plain": plain, "folded": folded})
+    _assert_as_close_as_two_roundings(ref, outs, "plain", "folded")
 
 
 def test_arena_probes_never_crash(tflm_int8):
