@@ -468,7 +468,8 @@ def _check_subgraph(b: bytes, sg: _Table, codes: list[int], buf_bytes: list) -> 
 _BINARY = {0, 41, 18, 42, 55, 57, 99, 78, 156, 54}  # ADD SUB MUL DIV MAX MIN SQDIFF POW ATAN2 PRELU
 _UNARY = {19, 20, 21, 28, 14, 6, 114, 47, 59, 73, 75, 76, 101, 117, 66, 108}
 _SAME_COUNT = {22, 43, 70}  # RESHAPE SQUEEZE EXPAND_DIMS
-_INDEXED = {2, 3, 4, 9, 34, 36, 39, 40, 45, 60, 65, 74}  # the other ops checked below
+_INDEXED = {2, 3, 4, 9, 34, 36, 39, 40, 45, 60, 65, 74, 126}  # the other ops checked below
+_NO_INPUTS = {129, 142}  # CALL_ONCE, VAR_HANDLE: the builtin ops that read no tensor
 
 
 def _broadcast(a: tuple, b: tuple) -> tuple | None:
@@ -498,6 +499,8 @@ def _check_op_shapes(op: _Table, code: int, shapes: list, consts: dict) -> None:
 
     checked = code in _BINARY or code in _UNARY or code in _SAME_COUNT or code in _INDEXED
     if checked and (not ins or not outs or ins[0] < 0 or outs[0] < 0):
+        bad(f"inputs {ins} / outputs {outs}")
+    if not outs or (not ins and code not in _NO_INPUTS):  # kernels read input 0 unchecked
         bad(f"inputs {ins} / outputs {outs}")
     opts = op.table(4, f"{op.what} options")
 
@@ -569,6 +572,17 @@ def _check_op_shapes(op: _Table, code: int, shapes: list, consts: dict) -> None:
             len(ins) > 2 and ins[2] >= 0 and math.prod(shape(ins[2])) != y[3]
         ):
             bad(f"input {x}, filter {w} (strides {sw, sh}) -> output {y}")
+    elif code == 126:  # BATCH_MATMUL (options: adj_x, adj_y)
+        if len(ins) < 2 or ins[1] < 0:
+            bad(f"inputs {ins}")
+        x, w, y = shape(ins[0]), shape(ins[1]), shape(outs[0])
+        if not (2 <= len(x) <= 5 and 2 <= len(w) <= 5):
+            bad(f"inputs {x}, {w}: ranks 2 to 5")
+        m, k = (x[-1], x[-2]) if opt(0, "b") else (x[-2], x[-1])
+        k2, n = (w[-1], w[-2]) if opt(1, "b") else (w[-2], w[-1])
+        batch = _broadcast(x[:-2], w[:-2])
+        if k != k2 or batch is None or y != batch + (m, n):
+            bad(f"inputs {x} @ {w} -> output {y}")
     elif code in (34, 60):  # PAD, PADV2
         x, y = shape(ins[0]), shape(outs[0])
         pads = consts.get(ins[1]) if len(ins) > 1 else None

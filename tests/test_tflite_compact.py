@@ -256,3 +256,48 @@ def test_single_zero_points_for_tflm_and_widened_for_litert(tmp_path):
     path.write_bytes(_pack_dedup(S, m))
     with pytest.raises(ExportError, match="2 zero points for 3 scales"):
         check_artifact(path, "tflm")
+
+
+def _bmm_model(out_shape=(16, 3), inputs=(0, 1)) -> bytes:
+    """x (16, 4) @ y (4, 3) as one float BATCH_MATMUL."""
+    S = _schema()
+    m = S.ModelT()
+    m.version = 3
+    oc = S.OperatorCodeT()
+    oc.builtinCode = oc.deprecatedBuiltinCode = S.BuiltinOperator.BATCH_MATMUL  # 126 < 127
+    oc.version = 1
+    m.operatorCodes = [oc]
+    m.buffers = [S.BufferT()]
+    sg = S.SubGraphT()
+    sg.tensors = []
+    for shape in ((16, 4), (4, 3), out_shape):
+        t = S.TensorT()
+        t.shape, t.type, t.buffer = np.array(shape, np.int32), S.TensorType.FLOAT32, 0
+        sg.tensors.append(t)
+    op = S.OperatorT()
+    op.opcodeIndex = 0
+    op.inputs, op.outputs = np.array(inputs, np.int32), np.array([2], np.int32)
+    sg.operators = [op]
+    sg.inputs, sg.outputs = np.array([0, 1], np.int32), np.array([2], np.int32)
+    m.subgraphs = [sg]
+    return _pack_dedup(S, m)
+
+
+def test_artifact_check_knows_batch_matmul_and_empty_operand_lists(tmp_path):
+    """check_artifact validates BATCH_MATMUL shapes (the mixing and attention products) and
+    refuses any op that reads no tensor (a flipped length once segfaulted LiteRT's kernel)."""
+    from qsa.export.errors import ExportError
+    from qsa.export.validate import check_artifact
+
+    path = tmp_path / "model.tflite"
+    path.write_bytes(_bmm_model())
+    check_artifact(path, "litert")
+    a = np.arange(64, dtype=np.float32).reshape(16, 4)
+    b = np.ones((4, 3), np.float32)
+    assert np.allclose(_run("litert", path.read_bytes(), a, b), a @ b)
+    path.write_bytes(_bmm_model(out_shape=(16, 4)))
+    with pytest.raises(ExportError, match=r"@ \(4, 3\) -> output \(16, 4\)"):
+        check_artifact(path, "litert")
+    path.write_bytes(_bmm_model(inputs=()))
+    with pytest.raises(ExportError, match=r"inputs \[\] / outputs \[2\]"):
+        check_artifact(path, "tflm")
