@@ -384,12 +384,34 @@ class LiveSession:
             device=dev[1], channels=self.ch_out, callback=self._out_callback, **kwargs
         )
 
-    def _reopen(self) -> bool:
+    def _reopen(self, timeout_s: float = 5.0) -> bool:
         """After the stream died: reopen it on the same devices if they are still there
-        (PortAudio gives up on some recoverable xruns); False if a device is gone."""
+        (PortAudio gives up on some recoverable xruns); False if a device is gone. Bounded
+        like ``_close_stream``: with the audio server gone, PortAudio's abort / terminate can
+        block for good (seen in CI: the session hung instead of reporting the lost device),
+        so the attempt runs in a thread and, past ``timeout_s``, counts as failed with
+        ``stream_stuck`` set (close() then leaves the stream alone)."""
+        self.restarts += 1
+        result: list[bool] = []
+        done = threading.Event()
+
+        def attempt() -> None:
+            try:
+                result.append(self._reopen_now())
+            except Exception:
+                result.append(False)
+            finally:
+                done.set()
+
+        threading.Thread(target=attempt, name="qsa-live-reopen", daemon=True).start()
+        if not done.wait(timeout_s):
+            self.stream_stuck = True
+            return False
+        return bool(result and result[0])
+
+    def _reopen_now(self) -> bool:
         import sounddevice as sd
 
-        self.restarts += 1
         try:
             self.stream.abort()
             self.stream.close()
@@ -758,7 +780,7 @@ class LiveSession:
             return
         self._closed = True
         try:
-            if self.stream is not None:
+            if self.stream is not None and not self.stream_stuck:
                 self._close_stream()
         finally:
             self._stop.set()
