@@ -261,6 +261,7 @@ def test_best_validation_epoch_is_kept(corpus, tmp_path):
     card = meta["card"]
     assert card["best_of_run"] and card["val_pesq_wb"] == best["val_pesq"]
     assert card["steps"] == best["global_step"] and card["epochs"] == best["epoch"] + 1
+    assert card["batch_size"] == 2 and card["segment_seconds"] == 0.5  # the final card's keys
     state = json.loads(_checkpoint_meta(out)["qsa"])["extra"]["state"]
     assert state["best_val"]["epoch"] == best["epoch"]
     m = qsa.load(out / "qcgan-35k.best.qsa")

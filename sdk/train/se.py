@@ -356,14 +356,25 @@ class Trainer:
         self.state["best_val"] = {"val_pesq": val, "epoch": rec["epoch"],
                                   "global_step": rec["global_step"]}
         gen = copy.deepcopy(self.G).cpu().eval()
-        card = {"model": self.cfg.model, "data": self.cfg.data, "steps": rec["global_step"],
-                "epochs": rec["epoch"] + 1, "val_pesq_wb": val,
-                "val_pesq_wb_noisy": rec.get("val_pesq_noisy"),
-                "train_config": dataclasses.asdict(self.cfg), "best_of_run": True}
+        card = model_card(self.cfg, rec["global_step"], rec["epoch"] + 1, rec, self.world)
+        card["best_of_run"] = True
         save_packed(gen, self.best_path, precision="fp32", card=card)
 
     def close(self):
         self.pool.close()
+
+
+def model_card(cfg: TrainConfig, steps: int, epochs: int, val: dict, world: int) -> dict:
+    """The card a packed model file of this run carries (qsa.quantize.save_packed)."""
+    card = {
+        "model": cfg.model, "data": cfg.data, "steps": steps, "epochs": epochs,
+        "batch_size": cfg.batch_size * world, "segment_seconds": cfg.segment_seconds,
+        "seed": cfg.seed, "val_pesq_wb": val.get("val_pesq"),
+        "val_pesq_wb_noisy": val.get("val_pesq_noisy"), "train_config": dataclasses.asdict(cfg),
+    }
+    if cfg.init:
+        card["init"] = cfg.init
+    return card
 
 
 def _val_pairs(pairs, n: int):
@@ -447,16 +458,8 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
         if rank == 0:
             out = Path(cfg.out)
             last = trainer.history[-1] if trainer.history else {}
-            card = {
-                "model": cfg.model, "data": cfg.data, "steps": trainer.state["global_step"],
-                "epochs": trainer.state["epoch"], "batch_size": cfg.batch_size * world,
-                "segment_seconds": cfg.segment_seconds, "seed": cfg.seed,
-                "val_pesq_wb": last.get("val_pesq"),
-                "val_pesq_wb_noisy": last.get("val_pesq_noisy"),
-                "train_config": dataclasses.asdict(cfg),
-            }
-            if cfg.init:
-                card["init"] = cfg.init
+            card = model_card(cfg, trainer.state["global_step"], trainer.state["epoch"], last,
+                              world)
             gen = gen.cpu().eval()
             for prec in ("fp32", "int8"):
                 f = out / f"{cfg.model}.{prec}.qsa"
