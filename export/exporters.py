@@ -559,6 +559,7 @@ class LiteRTExporter(Exporter):
     fold_norm = True  # one op fewer per layer norm (TFLM: ~8 KB less arena for qcgan-35k)
     upsample_filler = "same"  # TFLite SAME padding: 2 ops fewer per upsampling stage
     mix_bmm = False  # XNNPACK runs the converter's FULLY_CONNECTED form of the mixing
+    micro = False  # TFLite-Micro-only file forms (tflite_compact.single_weight_zero_points)
 
     def export(self) -> None:
         """litert_torch exports internally (fp32); int8 needs the PT2E graph first."""
@@ -599,7 +600,7 @@ class LiteRTExporter(Exporter):
             # int8: the converter's four-op PReLUs as one PRELU op (verified below)
             data, self.compaction = compact_tflite(
                 tmp.read_bytes(), fuse=self.precision == "int8", mix_bmm=self.mix_bmm,
-                micro=self.target == "tflm", scalar_muls=self.precision == "int8",
+                micro=self.micro, scalar_muls=self.precision == "int8",
             )
             tmp.write_bytes(data)
         self.files.append(self.artifact)
@@ -625,6 +626,7 @@ class TFLMExporter(LiteRTExporter):
 
     target = "tflm"
     mix_bmm = True  # the mixing as BATCH_MATMUL: one transpose fewer per quaternion layer
+    micro = True  # per-channel zero points stored once (LiteRT's loaders widen them back)
 
     def check_graph(self) -> None:
         from .tflm import float_ops, tflite_ops

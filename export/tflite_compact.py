@@ -252,12 +252,10 @@ def mix_to_batch_matmul(model) -> int:
     reference kernels give identical bytes. Only a rank-2 x, no bias, and only transposes
     that nothing else reads."""
     S = _schema()
-    kind = _op_kind(model)
     n = 0
     for sg in model.subgraphs:
-        tensors = sg.tensors
-        keep = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
-        prod, readers = _graph_index(sg.operators or [])
+        g = _Graph(model, sg)
+        tensors, keep, prod, readers, kind = g.tensors, g.keep, g.prod, g.readers, g.kind
         dead: set[int] = set()
         for op in sg.operators or []:
             ins = [int(i) for i in op.inputs]
@@ -500,6 +498,86 @@ def _graph_index(ops) -> tuple[dict[int, Any], dict[int, list]]:
     return prod, readers
 
 
+class _Graph:
+    """One subgraph's producer / reader index for the int8 rewrites below."""
+
+    def __init__(self, model, sg):
+        self.S, self.model, self.sg, self.kind = _schema(), model, sg, _op_kind(model)
+        self.tensors = sg.tensors
+        self.keep = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
+        self.prod, self.readers = _graph_index(sg.operators or [])
+
+    def private(self, t: int) -> bool:
+        return t not in self.keep and len(self.readers.get(t, [])) == 1
+
+    def const(self, t: int) -> bool:
+        return _is_const(self.model, self.tensors[t])
+
+    def per_tensor_int8(self, t: int) -> bool:
+        tt = self.tensors[t]
+        q = tt.quantization
+        return (
+            tt.type == self.S.TensorType.INT8
+            and _qkey(q) is not None
+            and len(q.scale) == 1
+            and len(q.zeroPoint) == 1
+        )
+
+    def values(self, t: int) -> np.ndarray | None:
+        """The real values of a constant int8 tensor (per-tensor or per-channel), else None."""
+        tt = self.tensors[t]
+        q = tt.quantization
+        if tt.type != self.S.TensorType.INT8 or not self.const(t) or _qkey(q) is None:
+            return None
+        raw = np.frombuffer(bytes(self.model.buffers[tt.buffer].data), np.int8).astype(np.float64)
+        return (raw - np.asarray(q.zeroPoint, np.float64)) * np.asarray(q.scale, np.float64)
+
+    def scalar(self, t: int) -> float | None:
+        """The value of a constant one-element per-tensor int8 tensor, else None."""
+        v = self.values(t) if self.per_tensor_int8(t) else None
+        return float(v[0]) if v is not None and v.size == 1 else None
+
+    def cone(self, t: int, depth: int = 0) -> list[int] | None:
+        """The tensors whose scales, multiplied by c, make ``t`` mean c * t with the same
+        codes (``t`` first), or None when its producers do not allow it."""
+        tt = self.tensors[t]
+        if depth > 32 or not self.private(t) or _qkey(tt.quantization) is None:
+            return None
+        if self.const(t):
+            return [t]
+        p = self.prod.get(t)
+        if tt.type != self.S.TensorType.INT8 or p is None:
+            return None
+        k, ins = self.kind(p), [int(i) for i in p.inputs]
+        subs: list[list[int] | None]
+        if k == "RESHAPE":
+            subs = [self.cone(ins[0], depth + 1)]
+        elif k in ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D"):
+            w, b = ins[1], (ins[2] if len(ins) > 2 else -1)
+            if not (self.const(w) or (k == "FULLY_CONNECTED" and b < 0)):
+                return None
+            subs = [self.cone(w, depth + 1)] + ([self.cone(b, depth + 1)] if b >= 0 else [])
+        elif k == "BATCH_MATMUL":  # one operand, a constant one first
+            for i in sorted(ins, key=lambda i: not self.const(i)):
+                sub = self.cone(i, depth + 1)
+                if sub is not None:
+                    return [t, *sub]
+            return None
+        elif k in ("ADD", "SUB") and len(ins) == 2 and ins[0] != ins[1]:
+            subs = [self.cone(i, depth + 1) for i in ins]
+        else:
+            return None
+        if any(sub is None for sub in subs):
+            return None
+        return [t, *(i for sub in subs for i in sub)]
+
+
+
+def _fused_activation(op) -> int:
+    o = op.builtinOptions
+    return 0 if o is None else int(getattr(o, "fusedActivationFunction", 0))
+
+
 def fold_reshapes(model) -> dict[str, int]:
     """Fold RESHAPEs in place (see the module header); counts of what went."""
     S = _schema()
@@ -719,30 +797,12 @@ def fuse_prelu(model) -> int:
     graphs; see the module header); how many were fused. The intermediate results must have
     no other reader. Not bit-identical (two requantisations fewer): verify the result."""
     S = _schema()
-    kind = _op_kind(model)
-
-    def fused(op) -> int:
-        o = op.builtinOptions
-        return 0 if o is None else int(getattr(o, "fusedActivationFunction", 0))
-
+    fused = _fused_activation
     n = 0
     for sg in model.subgraphs:
-        tensors = sg.tensors
-        keep = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
+        g = _Graph(model, sg)
+        tensors, prod, kind, value, private = g.tensors, g.prod, g.kind, g.values, g.private
         ops = sg.operators or []
-        prod, readers = _graph_index(ops)
-
-        def value(t: int, tensors=tensors):
-            tt = tensors[t]
-            q = tt.quantization
-            if tt.type != S.TensorType.INT8 or not _is_const(model, tt) or _qkey(q) is None:
-                return None
-            raw = np.frombuffer(bytes(model.buffers[tt.buffer].data), np.int8).astype(np.float64)
-            return (raw - np.asarray(q.zeroPoint, np.float64)) * np.asarray(q.scale, np.float64)
-
-        def private(t: int, keep=keep, readers=readers) -> bool:
-            return t not in keep and len(readers.get(t, [])) == 1
-
         dead: set[int] = set()
         for sub in [op for op in ops if kind(op) == "SUB" and not fused(op)]:
             if tensors[int(sub.outputs[0])].type != S.TensorType.INT8:
@@ -776,9 +836,7 @@ def fuse_prelu(model) -> int:
             sub.builtinOptionsType, sub.builtinOptions = 0, None
             dead |= {id(relu), id(flip), id(scaled)}
             n += 1
-        sg.operators = [op for op in ops if id(op) not in dead]
-        if dead:
-            _drop_unused_tensors(model, sg)
+        _remove_ops(model, sg, dead)
     return n
 
 
@@ -800,77 +858,6 @@ _READS_ANY = {
     "PRELU",
     "TANH",
 }
-
-
-class _Graph:
-    """One subgraph's producer / reader index for the int8 rewrites below."""
-
-    def __init__(self, model, sg):
-        self.S, self.model, self.sg, self.kind = _schema(), model, sg, _op_kind(model)
-        self.tensors = sg.tensors
-        self.keep = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
-        self.prod, self.readers = _graph_index(sg.operators or [])
-
-    def private(self, t: int) -> bool:
-        return t not in self.keep and len(self.readers.get(t, [])) == 1
-
-    def const(self, t: int) -> bool:
-        return _is_const(self.model, self.tensors[t])
-
-    def per_tensor_int8(self, t: int) -> bool:
-        tt = self.tensors[t]
-        q = tt.quantization
-        return (
-            tt.type == self.S.TensorType.INT8
-            and _qkey(q) is not None
-            and len(q.scale) == 1
-            and len(q.zeroPoint) == 1
-        )
-
-    def scalar(self, t: int) -> float | None:
-        """The value of a constant one-element int8 tensor, else None."""
-        if not self.const(t) or not self.per_tensor_int8(t):
-            return None
-        tt = self.tensors[t]
-        raw = np.frombuffer(bytes(self.model.buffers[tt.buffer].data), np.int8)
-        if raw.size != 1:
-            return None
-        q = tt.quantization
-        return float((int(raw[0]) - int(q.zeroPoint[0])) * float(q.scale[0]))
-
-    def cone(self, t: int, depth: int = 0) -> list[int] | None:
-        """The tensors whose scales, multiplied by c, make ``t`` mean c * t with the same
-        codes (``t`` first), or None when its producers do not allow it."""
-        tt = self.tensors[t]
-        if depth > 32 or not self.private(t) or _qkey(tt.quantization) is None:
-            return None
-        if self.const(t):
-            return [t]
-        p = self.prod.get(t)
-        if tt.type != self.S.TensorType.INT8 or p is None:
-            return None
-        k, ins = self.kind(p), [int(i) for i in p.inputs]
-        subs: list[list[int] | None]
-        if k == "RESHAPE":
-            subs = [self.cone(ins[0], depth + 1)]
-        elif k in ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D"):
-            w, b = ins[1], (ins[2] if len(ins) > 2 else -1)
-            if not (self.const(w) or (k == "FULLY_CONNECTED" and b < 0)):
-                return None
-            subs = [self.cone(w, depth + 1)] + ([self.cone(b, depth + 1)] if b >= 0 else [])
-        elif k == "BATCH_MATMUL":  # one operand, a constant one first
-            for i in sorted(ins, key=lambda i: not self.const(i)):
-                sub = self.cone(i, depth + 1)
-                if sub is not None:
-                    return [t, *sub]
-            return None
-        elif k in ("ADD", "SUB") and len(ins) == 2 and ins[0] != ins[1]:
-            subs = [self.cone(i, depth + 1) for i in ins]
-        else:
-            return None
-        if any(sub is None for sub in subs):
-            return None
-        return [t, *(i for sub in subs for i in sub)]
 
 
 def fold_scalar_muls(model) -> int:
@@ -902,8 +889,7 @@ def _fold_mul(g: _Graph, op) -> bool:
     """Fold ``op`` if it is a foldable scalar MUL (see fold_scalar_muls); whether it was."""
     if g.kind(op) != "MUL" or len(op.inputs) != 2:
         return False
-    o = op.builtinOptions
-    if o is not None and getattr(o, "fusedActivationFunction", 0):
+    if _fused_activation(op):
         return False
     ins = [int(i) for i in op.inputs]
     consts = [g.scalar(i) for i in ins]

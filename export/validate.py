@@ -498,9 +498,9 @@ def _check_op_shapes(op: _Table, code: int, shapes: list, consts: dict) -> None:
         raise _Bad(f"{op.what} (builtin op {code}): {msg}")
 
     checked = code in _BINARY or code in _UNARY or code in _SAME_COUNT or code in _INDEXED
-    if checked and (not ins or not outs or ins[0] < 0 or outs[0] < 0):
-        bad(f"inputs {ins} / outputs {outs}")
-    if not outs or (not ins and code not in _NO_INPUTS):  # kernels read input 0 unchecked
+    # every kernel reads its first input and output unchecked (a lost list segfaulted LiteRT)
+    if (not outs or (not ins and code not in _NO_INPUTS)
+            or (checked and (ins[0] < 0 or outs[0] < 0))):
         bad(f"inputs {ins} / outputs {outs}")
     opts = op.table(4, f"{op.what} options")
 
