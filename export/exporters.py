@@ -75,6 +75,7 @@ class Exporter:
     fold_norm = False  # quaternion layer norms with one two-axis mean (qsa.export.rewrite)
     norm_reduce = "mean"  # how a folded norm writes its means (qsa.export.rewrite)
     upsample_filler = "concat"  # how an upsampling conv reads past the last bin (rewrite)
+    layout = "source"  # "channels_last": QC-GAN's int8 network step bin-major (channels_last)
     STAGES = ("prepare", "export", "quantize", "lower", "serialize", "verify", "measure")
 
     def __init__(
@@ -182,6 +183,11 @@ class Exporter:
             for m in self.export_step.modules():  # empty-cache mask inside the int8 range
                 if hasattr(m, "mask_value"):
                     m.mask_value = INT8_MASK_VALUE
+            if self.layout == "channels_last":
+                from .channels_last import ChannelsLastNetworkStep, channels_last_reason
+
+                if channels_last_reason(self.export_step) is None:
+                    self.export_step = ChannelsLastNetworkStep(self.export_step).eval()
             self.example = (net.example_input(1), *net.init_state(1))
             self.n_outputs = net.n_outputs
         else:
@@ -558,6 +564,7 @@ class LiteRTExporter(Exporter):
     mix = "matmul"  # channels-last: a conv mix would be wrapped in transposes
     fold_norm = True  # one op fewer per layer norm (TFLM: ~8 KB less arena for qcgan-35k)
     upsample_filler = "same"  # TFLite SAME padding: 2 ops fewer per upsampling stage
+    layout = "channels_last"  # no NCHW <-> NHWC moves around QC-GAN's convs (channels_last)
     mix_bmm = False  # XNNPACK runs the converter's FULLY_CONNECTED form of the mixing
     micro = False  # TFLite-Micro-only file forms (tflite_compact.single_weight_zero_points)
 

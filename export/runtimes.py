@@ -287,11 +287,11 @@ class LiteRTRuntime(Runtime):
         self.source = str(path)
         self._data = _checked(path, "litert", expected_sha256)
         try:
-            from .tflite_compact import widen_zero_points
+            from .tflite_compact import for_litert
 
-            # a TFLite-Micro artifact stores its weights' zero points once (TFLM's form);
-            # LiteRT wants one per channel
-            self._data = widen_zero_points(self._data)
+            # a TFLite-Micro artifact stores its weights' zero points once and its reshapes
+            # without options (TFLM's forms); LiteRT wants them per channel and written out
+            self._data = for_litert(self._data)
             self.interpreter = Interpreter(model_content=self._data, num_threads=threads)
             self.interpreter.allocate_tensors()
             ins = self.interpreter.get_input_details()

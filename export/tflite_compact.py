@@ -185,11 +185,14 @@ def compact_tflite(
     ``drop_default_options``. ``fuse``: run ``fuse_prelu`` first (not bit-identical: verify
     the result). ``mix_bmm``: run ``mix_to_batch_matmul`` (bit-identical on TFLite-Micro's
     reference kernels; LiteRT's XNNPACK rounds its FULLY_CONNECTED differently). ``micro``:
-    ``single_weight_zero_points`` (a file for TFLite-Micro only: LiteRT rejects it).
+    ``single_weight_zero_points``, ``bypass_fc_input_reshapes`` (with ``fold``),
+    ``drop_reshape_shapes`` and ``drop_metadata`` (a file for TFLite-Micro only: LiteRT loads
+    it through ``for_litert``). Unused operator codes always go.
     ``scalar_muls``: run ``fold_scalar_muls`` (not bit-identical: verify the result)."""
     S = _schema()
     model = S.ModelT.InitFromPackedBuf(bytearray(data), 0)
     before = _counts(model, len(data))
+    metadata = drop_metadata(model) if micro else 0  # (its buffers go with fold's sweep)
     fused = fuse_prelu(model) if fuse else 0
     muls = fold_scalar_muls(model) if scalar_muls else 0
     folded = fold_reshapes(model) if fold else {}
@@ -199,6 +202,9 @@ def compact_tflite(
         folded["unit_reshapes"] = bypass_unit_reshapes(model)
         folded["rank"] = drop_implied_rank(model)
     zps = single_weight_zero_points(model) if micro else 0
+    fc_in = bypass_fc_input_reshapes(model) if micro and fold else 0
+    bare = drop_reshape_shapes(model) if micro else 0
+    opcodes = drop_unused_opcodes(model)
     if strip_strings:
         from ai_edge_litert.tools import flatbuffer_utils as fbu
 
@@ -219,6 +225,10 @@ def compact_tflite(
         info["mix_bmm"] = bmm
     if micro:
         info["single_zero_points"] = zps
+        info["bare_reshapes"] = bare
+        info["fc_input_reshapes"] = fc_in
+        info["metadata"] = metadata
+    info["unused_opcodes"] = opcodes
     if scalar_muls:
         info["scalar_muls"] = muls
     return out, info
@@ -335,9 +345,9 @@ def bypass_unit_reshapes(model) -> int:
     """RESHAPEs that only add or drop leading 1s, bypassed where the reader broadcasts, in
     place; how many went (the data are the same bytes, so bit-identical):
 
-    - into a BATCH_MATMUL's right operand whose output only FULLY_CONNECTEDs read (they
-      flatten it to rows): the matmul takes the unreshaped operand, its output gains the
-      leading 1s ((1, 17, 4, 3) instead of (17, 4, 3): the same rows);
+    - into a BATCH_MATMUL's right operand whose output only FULLY_CONNECTEDs (they flatten
+      it to rows) and RESHAPEs read: the matmul takes the unreshaped operand, its output
+      gains the leading 1s ((1, 17, 16, 3) instead of (17, 16, 3): the same rows);
     - into an ADD/SUB/MUL whose other operand already has the output's shape, when the
       reshape only adds leading 1s: broadcasting adds them.
 
@@ -370,8 +380,12 @@ def bypass_unit_reshapes(model) -> int:
                     if len(sa) <= len(lhs):  # the left side already has the batch rank
                         plan.append((u, None))
                         continue
-                    if any(kind(f) != "FULLY_CONNECTED" or int(f.inputs[0]) != o
-                           or not _rows_out(tensors, f) for f in readers[o]):
+                    if not all(
+                        int(f.inputs[0]) == o and (
+                            (kind(f) == "FULLY_CONNECTED" and _rows_out(tensors, f))
+                            or (kind(f) == "RESHAPE" and o not in [int(i) for i in f.inputs[1:]]))
+                        for f in readers[o]
+                    ):
                         break
                     plan.append((u, (1,) * (len(sa) - len(sb)) + out))
                 elif (k in ("ADD", "SUB", "MUL") and len(ins) == 2 and ins.count(b) == 1
@@ -424,6 +438,179 @@ def single_weight_zero_points(model) -> int:
                 q.zeroPoint = np.zeros(1, np.int64)
                 n += 1
     return n
+
+
+def drop_reshape_shapes(model) -> int:
+    """TFLite-Micro only: RESHAPE ops without their ``new_shape`` options, in place; how many.
+    TFLite-Micro's RESHAPE takes the output tensor's dimensions (the options are never read;
+    tensorflow/lite/micro/kernels/reshape_common.cc); LiteRT computes the output shape from
+    the options, so ``for_litert`` writes them back from the output tensors (qcgan-35k int8:
+    ~0.9 KB for ~50 reshapes). Only static output shapes (no -1, no dynamic signature)."""
+    kind = _op_kind(model)
+    n = 0
+    for sg in model.subgraphs:
+        for op in sg.operators or []:
+            if kind(op) != "RESHAPE" or len(op.inputs) != 1 or op.builtinOptions is None:
+                continue
+            out = sg.tensors[int(op.outputs[0])]
+            sig = out.shapeSignature
+            if (out.shape is None or len(out.shape) == 0 or any(int(v) < 0 for v in out.shape)
+                    or (sig is not None and any(int(v) < 0 for v in sig))):
+                continue
+            op.builtinOptionsType, op.builtinOptions = 0, None
+            n += 1
+    return n
+
+
+def bypass_fc_input_reshapes(model) -> int:
+    """TFLite-Micro only: RESHAPEs whose every reader is a FULLY_CONNECTED's input (not its
+    weights) bypassed, in place; how many. TFLite-Micro's FULLY_CONNECTED reads its input as
+    rows of the weights' depth and takes the rows and units from its output tensor's shape
+    (the input's shape is never read, nor ``keep_num_dims``), so (1, 17, 16, 3) reads as the
+    same 68 rows of 12 as (1, 17, 4, 12). LiteRT checks the input's last dimension under
+    ``keep_num_dims``, so ``for_litert`` puts the reshapes back (qcgan-35k int8: the
+    frequency Conformer's 12 quaternion linears, ~0.9 KB)."""
+    n = 0
+    for sg in model.subgraphs:
+        g = _Graph(model, sg)
+        tensors, keep, readers, kind = g.tensors, g.keep, g.readers, g.kind
+        dead: set[int] = set()
+        for r in sg.operators or []:
+            if kind(r) != "RESHAPE" or len(r.inputs) < 1:
+                continue
+            a, b = int(r.inputs[0]), int(r.outputs[0])
+            users = readers.get(b, [])
+            if (b in keep or not users or _shape(tensors[a]) is None
+                    or not _same_quant(tensors[a], tensors[b])):
+                continue
+            size = int(np.prod(_shape(tensors[a])))
+            ok = True
+            for u in users:
+                ins = [int(i) for i in u.inputs]
+                w = tensors[ins[1]] if len(ins) > 1 and ins[1] >= 0 else None
+                out = _shape(tensors[int(u.outputs[0])])
+                if (kind(u) != "FULLY_CONNECTED" or ins[0] != b or b in ins[1:] or w is None
+                        or _shape(w) is None or len(_shape(w)) != 2 or out is None
+                        or size % _shape(w)[1]
+                        or int(np.prod(out[:-1])) != size // _shape(w)[1]):
+                    ok = False
+                    break
+            if not ok:
+                continue
+            for u in users:
+                u.inputs = [a, *[int(i) for i in u.inputs[1:]]]
+            dead.add(id(r))
+            n += 1
+        _remove_ops(model, sg, dead)
+    return n
+
+
+def drop_metadata(model) -> int:
+    """TFLite-Micro only: the model's metadata entries (the converter's min_runtime_version
+    and keep_stablehlo_constant) and their buffers, in place; how many entries. TFLite-Micro
+    reads one metadata entry, an offline memory plan, which is kept."""
+    md = model.metadata or []
+    keep = [m for m in md if m.name in (b"OfflineMemoryAllocation", "OfflineMemoryAllocation")]
+    model.metadata = keep or None
+    return len(md) - len(keep)
+
+
+def drop_unused_opcodes(model) -> int:
+    """Operator codes no operator uses (a fused PReLU's RELU), in place; how many."""
+    codes = model.operatorCodes or []
+    used = sorted({int(op.opcodeIndex) for sg in model.subgraphs for op in sg.operators or []})
+    if len(used) == len(codes) or any(not 0 <= i < len(codes) for i in used):
+        return 0
+    new = {old: i for i, old in enumerate(used)}
+    model.operatorCodes = [codes[i] for i in used]
+    for sg in model.subgraphs:
+        for op in sg.operators or []:
+            op.opcodeIndex = new[int(op.opcodeIndex)]
+    return len(codes) - len(used)
+
+
+def for_litert(data: bytes) -> bytes:
+    """A TFLite-Micro artifact in the form LiteRT loads, for checking it on the host: each
+    one-element zero-point vector of a per-channel tensor repeated per channel (the inverse
+    of ``single_weight_zero_points``) and each RESHAPE without options given its output
+    tensor's shape as ``new_shape`` (the inverse of ``drop_reshape_shapes``), and a RESHAPE
+    to (rows, depth) put back before each FULLY_CONNECTED whose input's last dimension is not
+    its weights' depth (the inverse of ``bypass_fc_input_reshapes``). ``data`` itself when it
+    needs none of these; the same numbers otherwise."""
+    data = widen_zero_points(data)
+    S = _schema()
+    g = S.Model.GetRootAs(data, 0)
+    cap = len(data) // 4  # a corrupt length must not loop for ever
+    reshape = {
+        i for i in range(min(g.OperatorCodesLength(), cap))
+        if max(g.OperatorCodes(i).BuiltinCode(), g.OperatorCodes(i).DeprecatedBuiltinCode())
+        == S.BuiltinOperator.RESHAPE
+    }
+    fc = {
+        i for i in range(min(g.OperatorCodesLength(), cap))
+        if max(g.OperatorCodes(i).BuiltinCode(), g.OperatorCodes(i).DeprecatedBuiltinCode())
+        == S.BuiltinOperator.FULLY_CONNECTED
+    }
+
+    def last_dim(sg, t: int) -> int | None:
+        if not 0 <= t < sg.TensorsLength():
+            return None
+        ten = sg.Tensors(t)
+        return int(ten.Shape(ten.ShapeLength() - 1)) if ten.ShapeLength() else None
+
+    bare = False
+    for i in range(min(g.SubgraphsLength(), cap)):
+        sg = g.Subgraphs(i)
+        for j in range(min(sg.OperatorsLength(), cap)):
+            op = sg.Operators(j)
+            code = op.OpcodeIndex()
+            bare = (
+                (code in reshape and op.InputsLength() == 1 and op.BuiltinOptionsType() == 0)
+                or (code in fc and op.InputsLength() >= 2
+                    and last_dim(sg, op.Inputs(0)) != last_dim(sg, op.Inputs(1)))
+            )
+            if bare:
+                break
+        if bare:
+            break
+    if not bare:
+        return data
+    model = S.ModelT.InitFromPackedBuf(bytearray(data), 0)
+    kind = _op_kind(model)
+
+    def reshape_options(shape):
+        opts = S.ReshapeOptionsT()
+        opts.newShape = np.asarray([int(v) for v in shape], np.int32)
+        return S.BuiltinOptions.ReshapeOptions, opts
+
+    for sg in model.subgraphs:
+        ops = []
+        for op in sg.operators or []:
+            if kind(op) == "RESHAPE" and len(op.inputs) == 1 and op.builtinOptions is None:
+                op.builtinOptionsType, op.builtinOptions = reshape_options(
+                    sg.tensors[int(op.outputs[0])].shape)
+            elif kind(op) == "FULLY_CONNECTED" and len(op.inputs) >= 2:
+                x, w = sg.tensors[int(op.inputs[0])], sg.tensors[int(op.inputs[1])]
+                out = sg.tensors[int(op.outputs[0])]
+                if (x.shape is not None and w.shape is not None and len(w.shape) == 2
+                        and len(x.shape) and int(x.shape[-1]) != int(w.shape[1])):
+                    # the rows as LiteRT wants them: the output's leading dims x the depth
+                    rows = [int(v) for v in out.shape[:-1]] + [int(w.shape[1])]
+                    if out.shape is None or len(out.shape) == 2:
+                        rows = [int(np.prod(x.shape)) // int(w.shape[1]), int(w.shape[1])]
+                    t = S.TensorT()
+                    t.shape, t.type, t.buffer = np.asarray(rows, np.int32), x.type, 0
+                    t.quantization = x.quantization
+                    sg.tensors.append(t)
+                    r = S.OperatorT()
+                    r.opcodeIndex = _opcode(model, "RESHAPE")
+                    r.inputs, r.outputs = [int(op.inputs[0])], [len(sg.tensors) - 1]
+                    r.builtinOptionsType, r.builtinOptions = reshape_options(rows)
+                    op.inputs = [len(sg.tensors) - 1, *[int(i) for i in op.inputs[1:]]]
+                    ops.append(r)
+            ops.append(op)
+        sg.operators = ops
+    return _pack_dedup(S, model)
 
 
 def widen_zero_points(data: bytes) -> bytes:

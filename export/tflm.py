@@ -32,34 +32,43 @@ _RESOLVER_SPECIAL = {
 }
 
 
-def _interpreter(path: str | os.PathLike):
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+def _parsed(path: str | os.PathLike):
+    """(model, subgraph 0, {type enum: numpy dtype name}, op name of an operator) of a
+    .tflite file, read from the flatbuffer itself (the file's own ops, not an interpreter's
+    view of it; check_artifact verifies the file before anything runs it)."""
+    from ai_edge_litert import schema_py_generated as S
 
-    from .tflite_compact import widen_zero_points
+    data = Path(path).read_bytes()
+    try:
+        model = S.ModelT.InitFromPackedBuf(bytearray(data), 0)
+        sg = model.subgraphs[0]
+    except Exception as e:
+        raise ExportError(f"{path}: not a readable TFLite flatbuffer ({e})") from e
+    types = {v: k.lower() for k, v in vars(S.TensorType).items() if not k.startswith("_")}
+    names = {v: k for k, v in vars(S.BuiltinOperator).items() if not k.startswith("_")}
 
-    it = Interpreter(
-        model_content=widen_zero_points(Path(path).read_bytes()),  # TFLM's one-zero-point form
-        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-    )
-    it.allocate_tensors()
-    return it
+    def op_name(op) -> str:
+        c = model.operatorCodes[op.opcodeIndex]
+        return names.get(max(c.builtinCode, c.deprecatedBuiltinCode), "CUSTOM")
+
+    return model, sg, types, op_name
 
 
 def tflite_ops(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Every op of a .tflite file (no delegate applied): name, input and output dtypes."""
-    it = _interpreter(path)
-    tensors = {t["index"]: t for t in it.get_tensor_details()}
+    """Every op of a .tflite file in execution order: name, input and output dtypes."""
+    _, sg, types, op_name = _parsed(path)
 
     def dt(i):
-        return np.dtype(tensors[i]["dtype"]).name if i in tensors else "?"
+        return types.get(sg.tensors[i].type, "?") if 0 <= i < len(sg.tensors) else "?"
 
     return [
         {
-            "op": o["op_name"],
-            "inputs": [dt(i) for i in o["inputs"] if i >= 0],
-            "outputs": [dt(i) for i in o["outputs"] if i >= 0],
+            "op": op_name(o),
+            "inputs": [dt(int(i)) for i in (o.inputs if o.inputs is not None else []) if i >= 0],
+            "outputs": [dt(int(i)) for i in (o.outputs if o.outputs is not None else [])
+                        if i >= 0],
         }
-        for o in it._get_ops_details()
+        for o in sg.operators or []
     ]
 
 
@@ -74,16 +83,17 @@ def float_ops(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def tflite_tensor_bytes(path: str | os.PathLike) -> dict[str, int]:
     """Bytes of the activation tensors (graph inputs + every op output) of a .tflite file."""
-    it = _interpreter(path)
-    tensors = {t["index"]: t for t in it.get_tensor_details()}
-    act = {d["index"] for d in it.get_input_details()}
-    for o in it._get_ops_details():
-        act.update(i for i in o["outputs"] if i >= 0)
+    _, sg, types, _ = _parsed(path)
+    act = {int(i) for i in sg.inputs if i >= 0}
+    for o in sg.operators or []:
+        act.update(int(i) for i in (o.outputs if o.outputs is not None else []) if i >= 0)
 
     def nbytes(t):
-        return int(np.prod(t["shape"])) * np.dtype(t["dtype"]).itemsize
+        shape = [int(v) for v in t.shape] if t.shape is not None else []
+        return int(np.prod(shape)) * np.dtype(types.get(t.type, "int8")).itemsize
 
-    return {"activation_tensor_bytes": sum(nbytes(tensors[i]) for i in act if i in tensors)}
+    return {"activation_tensor_bytes": sum(nbytes(sg.tensors[i]) for i in act
+                                           if i < len(sg.tensors))}
 
 
 def resolver_method(op: str) -> str:

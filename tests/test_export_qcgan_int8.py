@@ -110,9 +110,9 @@ def _run_steps(kind: str, data: bytes, steps: int = 4) -> list[np.ndarray]:
         return outs
     from ai_edge_litert.interpreter import Interpreter
 
-    from qsa.export.tflite_compact import widen_zero_points
+    from qsa.export.tflite_compact import for_litert
 
-    it = Interpreter(model_content=widen_zero_points(data))  # TFLM's one-zero-point form
+    it = Interpreter(model_content=for_litert(data))  # TFLM's own file forms, widened
     it.allocate_tensors()
     for _ in range(steps):
         for d in it.get_input_details():
@@ -225,9 +225,10 @@ def test_mix_as_batch_matmul_is_bit_exact_on_tflm(tflm_exporter, tflm_int8, tmp_
     plain, p_info = compact_tflite(raw.read_bytes(), **flags)
     mixed, m_info = compact_tflite(raw.read_bytes(), mix_bmm=True, **flags)
     n = m_info["mix_bmm"]
-    # one per quaternion layer whose input is not already a shared mix (20), and the time
-    # and frequency attention's weights x values (2)
-    assert n == 22
+    # the time Conformer's quaternion layers whose input is not already a shared mix (12)
+    # and its attention's weights x values (1); the channels-last step's bin-major mixes and
+    # the frequency attention are BATCH_MATMULs as the converter writes them
+    assert n == 13
     # (the values' leading-1 reshape before the transpose then goes too)
     more = m_info["folded"]["unit_reshapes"] - p_info["folded"]["unit_reshapes"]
     assert m_info["after"]["ops"] == p_info["after"]["ops"] - n - more
@@ -238,11 +239,39 @@ def test_mix_as_batch_matmul_is_bit_exact_on_tflm(tflm_exporter, tflm_int8, tmp_
     counts = {}
     for o in tflite_ops_bytes(mixed, tmp_path):
         counts[o["op"]] = counts.get(o["op"], 0) + 1
-    assert counts["BATCH_MATMUL"] == 8 + n  # + the 3-d mixes the converter writes itself
+    assert counts["BATCH_MATMUL"] == 17 + n  # + the bin-major mixes the converter writes
     want, got = _run_steps("tflm", plain), _run_steps("tflm", mixed)
     assert len(want) == len(got) > 0
     for w, g in zip(want, got, strict=True):
         assert np.array_equal(w, g)
+
+
+def test_channels_last_step_has_no_moves_around_its_convs(tflm_int8):
+    """The artifact is the bin-major network step (qsa.export.channels_last): no TRANSPOSE
+    writes a CONV_2D's input or reads its output (the NCHW form had one each side of all 9),
+    and the 11 left are the network input and output, the band projections' two, the
+    time conv module's one and the 6 upsampling interleaves."""
+    from ai_edge_litert import schema_py_generated as S
+
+    m = S.ModelT.InitFromPackedBuf(bytearray(tflm_int8.artifact.read_bytes()), 0)
+    g = m.subgraphs[0]
+    names = {v: k for k, v in vars(S.BuiltinOperator).items() if not k.startswith("_")}
+
+    def kind(op):
+        c = m.operatorCodes[op.opcodeIndex]
+        return names[max(c.builtinCode, c.deprecatedBuiltinCode)]
+
+    writer = {int(t): op for op in g.operators for t in op.outputs}
+    readers = {}
+    for op in g.operators:
+        for t in op.inputs:
+            readers.setdefault(int(t), []).append(op)
+    convs = [op for op in g.operators if kind(op) == "CONV_2D"]
+    assert len(convs) == 9  # 3 encoder stages, 3 upsampling stages per decoder
+    for op in convs:
+        assert kind(writer[int(op.inputs[0])]) != "TRANSPOSE"
+        assert all(kind(r) != "TRANSPOSE" for r in readers[int(op.outputs[0])])
+    assert sum(kind(op) == "TRANSPOSE" for op in g.operators) == 11
 
 
 def tflite_ops_bytes(data: bytes, tmp_path) -> list[dict]:

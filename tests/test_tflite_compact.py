@@ -301,3 +301,114 @@ def test_artifact_check_knows_batch_matmul_and_empty_operand_lists(tmp_path):
     path.write_bytes(_bmm_model(inputs=()))
     with pytest.raises(ExportError, match=r"inputs \[\] / outputs \[2\]"):
         check_artifact(path, "tflm")
+
+
+def _reshape_fc_model() -> bytes:
+    """x (1, 2, 8) -> RESHAPE (1, 4, 4) -> FULLY_CONNECTED(W (3, 4), keep_num_dims) (1, 4, 3)
+    -> ADD(., y (4, 3)) -> RESHAPE (1, 12) -> out; int8, with the converter's metadata and an
+    operator code nothing uses (RELU)."""
+    S = _schema()
+    m = S.ModelT()
+    m.version = 3
+    m.operatorCodes = []
+    for code in (S.BuiltinOperator.RESHAPE, S.BuiltinOperator.FULLY_CONNECTED,
+                 S.BuiltinOperator.ADD, S.BuiltinOperator.RELU):
+        oc = S.OperatorCodeT()
+        oc.builtinCode = oc.deprecatedBuiltinCode = code
+        oc.version = 1
+        m.operatorCodes.append(oc)
+    rng = np.random.default_rng(3)
+    w = rng.integers(-127, 128, (3, 4)).astype(np.int8)
+
+    def buf(a):
+        b = S.BufferT()
+        b.data = np.frombuffer(np.ascontiguousarray(a).tobytes(), np.uint8)
+        return b
+
+    m.buffers = [S.BufferT(), buf(w), buf(np.frombuffer(b"1.14.0\0", np.uint8))]
+    md = S.MetadataT()
+    md.name, md.buffer = "min_runtime_version", 2
+    m.metadata = [md]
+    specs = [  # shape, buffer, quantisation
+        ((1, 2, 8), 0, _q(S, 0.05, 3)),  # 0 x
+        ((1, 4, 4), 0, _q(S, 0.05, 3)),  # 1 x as rows of 4
+        ((3, 4), 1, _q(S, [0.01, 0.02, 0.015], [0, 0, 0])),  # 2 W
+        ((1, 4, 3), 0, _q(S, 0.04, -5)),  # 3 fc out
+        ((4, 3), 0, _q(S, 0.03, 2)),  # 4 y
+        ((1, 4, 3), 0, _q(S, 0.06, 1)),  # 5 add out
+        ((1, 12), 0, _q(S, 0.06, 1)),  # 6 out
+    ]
+    sg = S.SubGraphT()
+    sg.tensors = []
+    for shape, b, q in specs:
+        t = S.TensorT()
+        t.shape = np.array(shape, np.int32)
+        t.type, t.buffer, t.quantization = S.TensorType.INT8, b, q
+        sg.tensors.append(t)
+
+    def reshape_opts(shape):
+        o = S.ReshapeOptionsT()
+        o.newShape = np.array(shape, np.int32)
+        return o
+
+    fc = S.FullyConnectedOptionsT()
+    fc.keepNumDims = True
+    sg.operators = []
+    for code, ins, out, opts in ((0, [0], 1, reshape_opts([1, 4, 4])), (1, [0 + 1, 2, -1], 3, fc),
+                                 (2, [3, 4], 5, None), (0, [5], 6, reshape_opts([1, 12]))):
+        op = S.OperatorT()
+        op.opcodeIndex = code
+        op.inputs, op.outputs = np.array(ins, np.int32), np.array([out], np.int32)
+        if opts is not None:
+            op.builtinOptionsType = {0: S.BuiltinOptions.ReshapeOptions,
+                                     1: S.BuiltinOptions.FullyConnectedOptions}[code]
+            op.builtinOptions = opts
+        sg.operators.append(op)
+    sg.inputs, sg.outputs = np.array([0, 4], np.int32), np.array([6], np.int32)
+    m.subgraphs = [sg]
+    return _pack_dedup(S, m)
+
+
+def _run_xy(kind: str, data: bytes) -> np.ndarray:
+    rng = np.random.default_rng(4)
+    outs = []
+    for _ in range(16):
+        x = rng.integers(-100, 100, (1, 2, 8)).astype(np.int8)
+        y = rng.integers(-100, 100, (4, 3)).astype(np.int8)
+        outs.append(_run(kind, data, x, y))
+    return np.stack(outs)
+
+
+def test_tflm_file_forms_run_the_same_and_litert_gets_them_back(tmp_path):
+    """micro=True: the RESHAPE into the FULLY_CONNECTED is bypassed (TFLM reads the input as
+    rows of the weights' depth), the RESHAPE left loses its options (TFLM reads the output
+    tensor's shape), the metadata and the unused RELU code go. TFLite-Micro gives the same
+    bytes; LiteRT cannot load the raw file, and for_litert gives it back in LiteRT's form with
+    the same outputs; the artifact check accepts it."""
+    from ai_edge_litert import schema_py_generated as S
+    from ai_edge_litert.interpreter import Interpreter
+
+    from qsa.export.tflite_compact import for_litert
+    from qsa.export.validate import check_artifact
+
+    data = _reshape_fc_model()
+    plain, p_info = compact_tflite(data)
+    assert p_info["after"]["ops"] == 4 and p_info["unused_opcodes"] == 1
+    micro, info = compact_tflite(data, micro=True)
+    assert info["fc_input_reshapes"] == 1 and info["bare_reshapes"] == 1
+    assert info["metadata"] == 1 and info["after"]["ops"] == 3
+    assert len(micro) < len(plain)
+    m = S.ModelT.InitFromPackedBuf(bytearray(micro), 0)
+    assert m.metadata is None and len(m.operatorCodes) == 3 and len(m.buffers) == 2
+    assert np.array_equal(_run_xy("tflm", micro), _run_xy("tflm", plain))
+    with pytest.raises((RuntimeError, ValueError)):
+        it = Interpreter(model_content=micro)
+        it.allocate_tensors()
+        it.invoke()
+    assert for_litert(plain) == plain  # nothing to put back
+    back = for_litert(micro)
+    assert S.ModelT.InitFromPackedBuf(bytearray(back), 0).subgraphs[0].operators[0].inputs[0] == 0
+    assert np.array_equal(_run_xy("litert", back), _run_xy("litert", plain))
+    path = tmp_path / "model.tflite"
+    path.write_bytes(micro)
+    check_artifact(path, "tflm")

@@ -1,0 +1,259 @@
+"""QC-GAN's network step in a bin-major layout for channels-last converters (LiteRT, TFLM).
+
+The source step keeps feature maps NCHW, (1, 4 n, 1, F): the [r|i|j|k] blocks on the
+channel axis. A channels-last converter wraps every conv in NCHW <-> NHWC transposes, and the
+component-batched layout a quaternion layer's mixing produces ((4, ...) with the output
+component on the batch axis) needs a transpose back to the blocks after every conv; the
+frequency Conformer wants tokens (bins) first, so it transposes in and out of each block too.
+
+Here every feature map is (F, 4, n): bin, component, unit (row-major, so (F, 4 n) is the
+[r|i|j|k] blocks of each bin). A quaternion layer on it is
+
+    mix:   (16, 4) @ (F, 4, n)  -> (F, 16, n) = (bin, output component c, weight component a,
+                                   unit): exactly the NHWC input (1, F, 4, 4 n) of ONE conv
+                                   along the bins (width 1 over the 4 components), or the
+                                   rows (4 F, 4 n) of one linear
+    conv:  (1, F, 4, 4 n) -> (1, F', 4, n_out) = (F', 4, n_out): the layout again, no moves
+    bias:  + (4, n_out), PReLU slopes (4, n_out): broadcasts, no moves
+
+so a conv stage is mix, reshape, conv, bias add, PReLU (the NCHW form: 9 ops), the frequency
+Conformer runs on its tokens as they are, and its linears are mix, linear, bias add. The
+parameters are the export form's (``qsa.export.rewrite``), only re-viewed (the conv kernels'
+(1, k) becomes (k, 1)); the numbers are the source's up to fp32 rounding; inputs, outputs and
+the state are the source step's (the time Conformer runs unchanged: its band projections
+take and give the [r|i|j|k] blocks, one transpose each way).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .errors import ExportError
+from .rewrite import (
+    ExportPReLU,
+    ExportQuaternionLayer,
+    ExportQuaternionLayerNorm,
+    ExportQuaternionUpsample,
+)
+
+
+def _mix(layer: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """(..., 4, n) -> (..., 16, n): the signed component selection of ``layer`` (its _Mix)."""
+    return torch.matmul(layer.mix.weight.reshape(16, 4), h)
+
+
+def _nhwc_conv(z: torch.Tensor, weight: torch.Tensor, **kw) -> torch.Tensor:
+    """z (1, H, W, C) channels-last -> conv2d with an NCHW ``weight`` -> (1, H', W', C_out).
+
+    Written NCHW for torch; a channels-last converter's own transposes around the conv
+    cancel the two permutes here."""
+    return F.conv2d(z.permute(0, 3, 1, 2), weight, **kw).permute(0, 2, 3, 1)
+
+
+def _linear(layer: ExportQuaternionLayer, h: torch.Tensor) -> torch.Tensor:
+    """A quaternion linear on tokens (..., L, 4, n_in) -> (..., L, 4, n_out)."""
+    y = F.linear(_mix(layer, h).reshape(-1, 4 * layer.n_in), layer.weight)
+    y = y.reshape(*h.shape[:-1], layer.n_out)
+    if layer.bias is not None:
+        y = y + layer.bias.view(4, layer.n_out)
+    return y
+
+
+def _norm(norm: ExportQuaternionLayerNorm, h: torch.Tensor) -> torch.Tensor:
+    """ExportQuaternionLayerNorm on (..., 4, n) tokens (the same numbers, no reshapes)."""
+    if norm.reduce != "mean":
+        raise ExportError(f"the channels-last step takes mean-reduce norms, got {norm.reduce!r}")
+    q = h - h.mean(dim=-1, keepdim=True)
+    p = (q * q).mean(dim=(-2, -1), keepdim=True)
+    q = q * torch.rsqrt(p + norm.eps / 4)
+    return q * norm.gain if norm.apply_gain else q
+
+
+def _prelu(act: ExportPReLU, h: torch.Tensor) -> torch.Tensor:
+    """PReLU with one slope per (component, unit) channel on (1, F, 4, n)."""
+    w = act.weight
+    w = w.view(4, -1) if w.numel() > 1 else w.view(1, 1)
+    return F.relu(h) - F.relu(-h) * w
+
+
+def _conv_stage(layer: ExportQuaternionLayer, h: torch.Tensor) -> torch.Tensor:
+    """A (1, k) quaternion conv along the bins, (1, F, 4, n_in) -> (1, F', 4, n_out)."""
+    if layer.spatial != 2 or layer.depthwise or layer.transposed:
+        raise ExportError(f"the channels-last step expects a 2-d quaternion conv, got {layer}")
+    kh, kw = layer.weight.shape[2:]
+    sh, sw = layer.stride
+    ph, pw = layer.padding
+    if kh != 1 or sh != 1 or ph != 0 or tuple(layer.dilation) != (1, 1):
+        raise ExportError(f"the channels-last step expects (1, k) convs along the bins: {layer}")
+    z = _mix(layer, h).reshape(1, h.shape[1], 4, 4 * layer.n_in)  # NHWC (1, F, 4, (a, i))
+    y = _nhwc_conv(z, layer.cl_weight, stride=(sw, 1), padding=(pw, 0))
+    if layer.bias is not None:
+        y = y + layer.bias.view(4, layer.n_out)
+    return y  # (1, F', 4, n_out)
+
+
+def _upsample(up: ExportQuaternionUpsample, h: torch.Tensor) -> torch.Tensor:
+    """F -> 2F - 1 bins, (1, F, 4, n_in) -> (1, 2F - 1, 4, n_out): both phases one conv."""
+    if up.filler != "same":
+        raise ExportError(
+            f"the channels-last step expects upsample_filler='same', got {up.filler!r}"
+        )
+    f, n = h.shape[1], up.n_out
+    z = _mix(up, h).reshape(1, f, 4, 4 * up.n_in)
+    y = _nhwc_conv(z, up.cl_weight, padding="same")  # (1, F, 4, (phase, o))
+    y = y + up.bias.view(4, 2 * n)
+    y = y.reshape(f, 4, 2, n).transpose(1, 2).reshape(1, 2 * f, 4, n)  # interleaved phases
+    return y[:, : 2 * f - 1]
+
+
+def _depthwise(layer: ExportQuaternionLayer, h: torch.Tensor) -> torch.Tensor:
+    """The conv module's depthwise quaternion conv1d along the tokens, (1, L, 4, n) -> same."""
+    k = layer.weight.shape[-1]
+    if (layer.spatial != 1 or not layer.depthwise or layer.transposed or layer.stride[0] != 1
+            or layer.dilation[0] != 1 or 2 * layer.padding[0] != k - 1):
+        raise ExportError(
+            f"the channels-last step expects a 'same'-padded stride-1 depthwise conv1d: {layer}"
+        )
+    n, c = h.shape[1], 4 * layer.n_in
+    z = _mix(layer, h).reshape(1, n, 4, c)  # (1, L, c', (a, u))
+    # one (k, 1) kernel per (a, u) channel
+    y = _nhwc_conv(z, layer.cl_weight, padding=(layer.padding[0], 0), groups=c)  # (L, 4, (a, u))
+    y = y.reshape(1, n, 4, 4, layer.n_in).sum(dim=3)  # the four partial products
+    if layer.bias is not None:
+        y = y + layer.bias.view(4, layer.n_in)
+    return y
+
+
+def _attention(attn: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """Shared-score quaternion attention over all tokens (non-causal, no window), (1, L, 4, n)."""
+    if attn.score != "shared" or attn.causal or attn.window is not None:
+        raise ExportError(
+            "the channels-last step runs unmasked shared-score attention only, got "
+            f"score={attn.score!r} causal={attn.causal} window={attn.window}"
+        )
+    n, e = h.shape[1], attn.embed_dim
+    hq, d = attn.num_heads, attn.head_quaternions
+    q, k, v = (_linear(p, h).reshape(n, e) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+    scale = 1.0 / math.sqrt(4 * d)
+    if hq == 1:
+        p = torch.softmax(torch.matmul(q * scale, k.t()), dim=-1)  # (L, L)
+        o = torch.matmul(p, v)  # (L, E)
+    else:  # every head reads the whole token; a constant selects each head's features
+        sel = torch.zeros(hq, 4, hq, d, dtype=h.dtype)
+        for i in range(hq):
+            sel[i, :, i, :] = 1.0
+        sel = sel.reshape(hq, 1, e)
+        p = torch.softmax(torch.matmul(q * (sel * scale), k.t()), dim=-1)  # (H, L, L)
+        o = (torch.matmul(p, v) * sel).sum(dim=0)  # (L, E)
+    return _linear(attn.out_proj, o.reshape(1, n, 4, attn.head_quaternions * hq))
+
+
+def _ffn(ff: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    z = _linear(ff.up, _norm(ff.norm, h))
+    return _linear(ff.down, z * torch.sigmoid(z))
+
+
+def _conv_module(cm: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    if cm.causal or not cm._conv_pads:
+        raise ExportError("the channels-last step expects the non-causal, odd-kernel conv module")
+    z = _linear(cm.pw1, _norm(cm.norm, h))
+    z = _depthwise(cm.dw, z * torch.sigmoid(z))
+    z = _norm(cm.norm2, z)
+    return _linear(cm.pw2, z * torch.sigmoid(z))
+
+
+def _conformer(c: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """QuaternionConformer.forward on the tokens (1, L, 4, n) of one frame."""
+    h = h + 0.5 * _ffn(c.ff1, h)
+    h = h + _attention(c.attn, _norm(c.attn_norm, h))
+    h = h + _conv_module(c.conv, h)
+    return _norm(c.norm, h + 0.5 * _ffn(c.ff2, h))
+
+
+def _decoder(dec: nn.Module, h: torch.Tensor, skips: list[torch.Tensor]) -> torch.Tensor:
+    """(1, F', 4, n) and the encoder skips -> the 1x1 head's (F, out) (channels-last)."""
+    for i, up in enumerate(dec.ups):
+        h = _upsample(up, h) + skips[-1 - i]
+        if i < len(dec.acts):
+            h = _prelu(dec.acts[i], h)
+    head = dec.head
+    return F.linear(h.reshape(h.shape[1], -1), head.cl_weight, head.bias)  # (F, out)
+
+
+def channels_last_reason(net: nn.Module) -> str | None:
+    """Why ``net`` (a prepared network step) has no channels-last form; None if it has."""
+    from qsa.models.qcgan import NetworkStep
+
+    if not isinstance(net, NetworkStep):
+        return f"{type(net).__name__} is not QC-GAN's network step"
+    cfg = net.model.config
+    if cfg.time_path != "band":
+        return f"time_path={cfg.time_path!r} (the channels-last form takes 'band')"
+    for m in net.modules():
+        if isinstance(m, ExportQuaternionLayerNorm) and m.reduce != "mean":
+            return f"norm_reduce={m.reduce!r} (the channels-last form takes 'mean')"
+        if isinstance(m, ExportQuaternionUpsample) and m.filler != "same":
+            return f"upsample_filler={m.filler!r} (the channels-last form takes 'same')"
+        if type(m).__name__ == "QuaternionLayerNorm":
+            return "unfolded QuaternionLayerNorm (prepare with fold_norm=True)"
+    return None
+
+
+class ChannelsLastNetworkStep(nn.Module):
+    """forward(x (1, 4, 1, F), *block_state) -> (mask (1, 1, F), residual (1, 2, 1, F),
+    *new_block_state), as ``NetworkStep`` of the prepared (export-form) model ``net``."""
+
+    n_outputs = 2
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        reason = channels_last_reason(net)
+        if reason is not None:
+            raise ExportError(f"no channels-last network step: {reason}")
+        self.net = net
+        self.model = net.model
+        # the kernels re-viewed once, as parameters of their own (a view taken in forward would
+        # be an op on the weight, which quantisers then treat as an activation)
+        for m in net.modules():
+            w = getattr(m, "weight", None)
+            if isinstance(m, ExportQuaternionLayer) and m.spatial == 2:
+                m.cl_weight = nn.Parameter(w.detach().transpose(2, 3).contiguous(), False)
+            elif isinstance(m, ExportQuaternionLayer) and m.spatial == 1 and m.depthwise:
+                k = w.shape[-1]
+                m.cl_weight = nn.Parameter(w.detach().reshape(-1, 1, k, 1).clone(), False)
+            elif isinstance(m, ExportQuaternionUpsample):
+                m.cl_weight = nn.Parameter(w.detach().transpose(2, 3).contiguous(), False)
+            elif isinstance(m, nn.Conv2d) and tuple(m.kernel_size) == (1, 1):
+                m.cl_weight = nn.Parameter(w.detach().flatten(1).clone(), False)
+
+    def init_state(self, batch: int = 1) -> tuple[torch.Tensor, ...]:
+        return self.net.init_state(batch)
+
+    def forward(self, x: torch.Tensor, *state: torch.Tensor):
+        m = self.model
+        if x.shape[0] != 1 or x.shape[2] != 1:
+            raise ExportError(
+                f"the channels-last step takes one frame (1, 4, 1, F), got {tuple(x.shape)}"
+            )
+        f = x.shape[-1]
+        h = x.permute(0, 3, 1, 2)  # (1, F, 4, 1): one quaternion per bin
+        skips = [h]
+        for conv, act in zip(m.enc, m.enc_acts, strict=True):
+            h = _prelu(act, _conv_stage(conv, h))
+            skips.append(h)
+        skips = skips[:-1]
+        new_state: list[torch.Tensor] = []
+        for i, blk in enumerate(m.blocks):
+            fi, u = h.shape[1], h.shape[3]
+            z = blk.band_in(h.permute(0, 2, 3, 1).reshape(1, 1, 4 * u * fi))  # [c][(u, f)]
+            z, st = blk.time.step(z, tuple(state[4 * i : 4 * i + 4]))
+            new_state.extend(st)
+            z = blk.band_out(z).reshape(1, 4, u, fi).permute(0, 3, 1, 2)  # (1, F', 4, u)
+            h = _conformer(blk.freq, h + z)
+        mask = m.mask_act(_decoder(m.mask_decoder, h, skips).reshape(1, 1, f))
+        res = _decoder(m.complex_decoder, h, skips).t().reshape(1, 2, 1, f)
+        return (mask, res, *new_state)
