@@ -185,7 +185,8 @@ def compact_tflite(
     ``drop_default_options``. ``fuse``: run ``fuse_prelu`` first (not bit-identical: verify
     the result). ``mix_bmm``: run ``mix_to_batch_matmul`` (bit-identical on TFLite-Micro's
     reference kernels; LiteRT's XNNPACK rounds its FULLY_CONNECTED differently). ``micro``:
-    ``single_weight_zero_points``, ``bypass_fc_input_reshapes`` (with ``fold``),
+    ``single_weight_zero_points``, ``bypass_fc_input_reshapes`` and ``drop_zero_biases`` (with
+    ``fold``),
     ``drop_reshape_shapes`` and ``drop_metadata`` (a file for TFLite-Micro only: LiteRT loads
     it through ``for_litert``). Unused operator codes always go.
     ``scalar_muls``: run ``fold_scalar_muls`` (not bit-identical: verify the result)."""
@@ -195,6 +196,8 @@ def compact_tflite(
     metadata = drop_metadata(model) if micro else 0  # (its buffers go with fold's sweep)
     fused = fuse_prelu(model) if fuse else 0
     muls = fold_scalar_muls(model) if scalar_muls else 0
+    # (their buffers go with fold's sweep)
+    zero_biases = drop_zero_biases(model) if micro and fold else 0
     folded = fold_reshapes(model) if fold else {}
     bmm = mix_to_batch_matmul(model) if mix_bmm else 0  # after fold: rank-2 operands
     if fold:
@@ -227,6 +230,7 @@ def compact_tflite(
         info["single_zero_points"] = zps
         info["bare_reshapes"] = bare
         info["fc_input_reshapes"] = fc_in
+        info["zero_biases"] = zero_biases
         info["metadata"] = metadata
     info["unused_opcodes"] = opcodes
     if scalar_muls:
@@ -462,6 +466,40 @@ def drop_reshape_shapes(model) -> int:
     return n
 
 
+_BIAS_INPUT = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2}
+
+
+def drop_zero_biases(model) -> int:
+    """TFLite-Micro only: bias inputs whose constant data are all zeros dropped from CONV_2D,
+    DEPTHWISE_CONV_2D (the input list ends at the weights) and FULLY_CONNECTED (-1, the
+    schema's optional operand), in place; how many. TFLite-Micro's kernels run without a bias
+    (conv.cc: ``NumInputs(node) == 3 ? bias : nullptr``); LiteRT's int8 convs require one, so
+    ``for_litert`` writes the zeros back. The converter writes a zero int32 bias, with its own
+    per-channel scale vector, for a conv that has none (qcgan-35k int8, whose quaternion
+    biases are per (component, unit) and added after the conv: 11 of them, ~1.4 KB). The
+    same numbers: adding zero changes nothing."""
+    kind = _op_kind(model)
+    n = 0
+    for sg in model.subgraphs:
+        keep = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
+        for op in sg.operators or []:
+            k = kind(op)
+            j = _BIAS_INPUT.get(k)
+            if j is None or op.inputs is None or len(op.inputs) != j + 1:
+                continue
+            b = int(op.inputs[j])
+            if b < 0 or b in keep or not _is_const(model, sg.tensors[b]):
+                continue
+            data = model.buffers[sg.tensors[b].buffer].data
+            if data is None or len(data) == 0 or np.any(np.asarray(data)):
+                continue
+            ins = [int(i) for i in op.inputs]
+            op.inputs = ins[:j] + [-1] if k == "FULLY_CONNECTED" else ins[:j]
+            n += 1
+        _drop_unused_tensors(model, sg)
+    return n
+
+
 def bypass_fc_input_reshapes(model) -> int:
     """TFLite-Micro only: RESHAPEs whose every reader is a FULLY_CONNECTED's input (not its
     weights) bypassed, in place; how many. TFLite-Micro's FULLY_CONNECTED reads its input as
@@ -535,8 +573,9 @@ def for_litert(data: bytes) -> bytes:
     of ``single_weight_zero_points``) and each RESHAPE without options given its output
     tensor's shape as ``new_shape`` (the inverse of ``drop_reshape_shapes``), and a RESHAPE
     to (rows, depth) put back before each FULLY_CONNECTED whose input's last dimension is not
-    its weights' depth (the inverse of ``bypass_fc_input_reshapes``). ``data`` itself when it
-    needs none of these; the same numbers otherwise."""
+    its weights' depth (the inverse of ``bypass_fc_input_reshapes``), and a zero bias to each
+    conv without one (the inverse of ``drop_zero_biases``). ``data`` itself when it needs
+    none of these; the same numbers otherwise."""
     data = widen_zero_points(data)
     S = _schema()
     g = S.Model.GetRootAs(data, 0)
@@ -550,6 +589,12 @@ def for_litert(data: bytes) -> bytes:
         i for i in range(min(g.OperatorCodesLength(), cap))
         if max(g.OperatorCodes(i).BuiltinCode(), g.OperatorCodes(i).DeprecatedBuiltinCode())
         == S.BuiltinOperator.FULLY_CONNECTED
+    }
+
+    conv = {
+        i for i in range(min(g.OperatorCodesLength(), cap))
+        if max(g.OperatorCodes(i).BuiltinCode(), g.OperatorCodes(i).DeprecatedBuiltinCode())
+        in (S.BuiltinOperator.CONV_2D, S.BuiltinOperator.DEPTHWISE_CONV_2D)
     }
 
     def last_dim(sg, t: int) -> int | None:
@@ -568,6 +613,7 @@ def for_litert(data: bytes) -> bytes:
                 (code in reshape and op.InputsLength() == 1 and op.BuiltinOptionsType() == 0)
                 or (code in fc and op.InputsLength() >= 2
                     and last_dim(sg, op.Inputs(0)) != last_dim(sg, op.Inputs(1)))
+                or (code in conv and op.InputsLength() == 2)
             )
             if bare:
                 break
@@ -589,6 +635,8 @@ def for_litert(data: bytes) -> bytes:
             if kind(op) == "RESHAPE" and len(op.inputs) == 1 and op.builtinOptions is None:
                 op.builtinOptionsType, op.builtinOptions = reshape_options(
                     sg.tensors[int(op.outputs[0])].shape)
+            elif kind(op) in ("CONV_2D", "DEPTHWISE_CONV_2D") and len(op.inputs) == 2:
+                op.inputs = [*[int(i) for i in op.inputs], _zero_bias(model, sg, op, kind(op))]
             elif kind(op) == "FULLY_CONNECTED" and len(op.inputs) >= 2:
                 x, w = sg.tensors[int(op.inputs[0])], sg.tensors[int(op.inputs[1])]
                 out = sg.tensors[int(op.outputs[0])]
@@ -611,6 +659,29 @@ def for_litert(data: bytes) -> bytes:
             ops.append(op)
         sg.operators = ops
     return _pack_dedup(S, model)
+
+
+def _zero_bias(model, sg, op, k: str) -> int:
+    """A new all-zero int32 bias tensor for conv ``op`` (the inverse of drop_zero_biases):
+    one per output channel, scale input scale x weight scale per channel; its index."""
+    S = _schema()
+    x, w = sg.tensors[int(op.inputs[0])], sg.tensors[int(op.inputs[1])]
+    n = int(w.shape[-1] if k == "DEPTHWISE_CONV_2D" else w.shape[0])
+    t = S.TensorT()
+    t.shape, t.type = np.asarray([n], np.int32), S.TensorType.INT32
+    if x.quantization is not None and w.quantization is not None:
+        q = S.QuantizationParametersT()
+        ws = np.asarray(w.quantization.scale, np.float32)
+        q.scale = (np.float32(x.quantization.scale[0]) * np.broadcast_to(ws, (n,))).astype(
+            np.float32)
+        q.zeroPoint = np.zeros(n, np.int64)
+        t.quantization = q
+    b = S.BufferT()
+    b.data = np.zeros(4 * n, np.uint8)
+    model.buffers.append(b)
+    t.buffer = len(model.buffers) - 1
+    sg.tensors.append(t)
+    return len(sg.tensors) - 1
 
 
 def widen_zero_points(data: bytes) -> bytes:
