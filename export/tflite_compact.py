@@ -51,6 +51,17 @@ changes numbers: the four int8 ops a converter leaves for PReLU, relu(x) - alpha
 alpha tensor and output quantisation, i.e. two requantisations fewer (qcgan-35k: 7 PReLUs,
 21 ops and tensors fewer); the exporters' verify stage checks the result against PyTorch.
 
+``micro`` (the TFLite-Micro exporter) writes the forms only TFLite-Micro reads, each checked
+against its kernel source: a per-channel constant's all-zero zero points once
+(``single_weight_zero_points``), RESHAPE without options (``drop_reshape_shapes``: the kernel
+takes the output tensor's dims), RESHAPEs into a FULLY_CONNECTED's input bypassed
+(``bypass_fc_input_reshapes``: the kernel reads rows of the weights' depth), all-zero conv
+biases dropped (``drop_zero_biases``: two inputs mean no bias) and the converter's metadata
+dropped. ``for_litert`` writes all of it back for LiteRT, so the host can check the same
+file in both interpreters. ``scalar_muls`` also folds ADDs of a constant below half an
+output step (``fold_negligible_adds``: the layer norms' epsilon) into their producer's
+requantisation. Opcodes are ordered by use and constant buffers by the padding they need.
+
 Weights keep their 16-byte alignment. Callers verify the result in the real runtime (the
 exporters' verify stage runs the compacted file), and ``tests/test_tflite_compact.py`` checks
 bit-identical outputs in both LiteRT and TFLite-Micro.
@@ -240,7 +251,8 @@ def compact_tflite(
     ``fold``),
     ``drop_reshape_shapes`` and ``drop_metadata`` (a file for TFLite-Micro only: LiteRT loads
     it through ``for_litert``). Unused operator codes always go.
-    ``scalar_muls``: run ``fold_scalar_muls`` (not bit-identical: verify the result)."""
+    ``scalar_muls``: run ``fold_scalar_muls`` and ``fold_negligible_adds`` (not
+    bit-identical: verify the result)."""
     S = _schema()
     model = S.ModelT.InitFromPackedBuf(bytearray(data), 0)
     before = _counts(model, len(data))

@@ -412,3 +412,92 @@ def test_tflm_file_forms_run_the_same_and_litert_gets_them_back(tmp_path):
     path = tmp_path / "model.tflite"
     path.write_bytes(micro)
     check_artifact(path, "tflm")
+
+
+def _mean_add_rsqrt_model(c: float) -> bytes:
+    """x (1, 8) int8 -> MEAN(axis 1, keep dims) -> ADD(., c) -> RSQRT -> out (1, 1)."""
+    S = _schema()
+    m = S.ModelT()
+    m.version = 3
+    m.operatorCodes = []
+    for code in (S.BuiltinOperator.MEAN, S.BuiltinOperator.ADD, S.BuiltinOperator.RSQRT):
+        oc = S.OperatorCodeT()
+        oc.builtinCode = oc.deprecatedBuiltinCode = code
+        oc.version = 2
+        m.operatorCodes.append(oc)
+
+    def buf(a):
+        b = S.BufferT()
+        b.data = np.frombuffer(np.ascontiguousarray(a).tobytes(), np.uint8)
+        return b
+
+    c_scale = max(abs(c), 1e-12) / 127
+    m.buffers = [S.BufferT(), buf(np.array([1], np.int32)), buf(np.array([127], np.int8))]
+    specs = [  # shape, type, buffer, quantisation
+        ((1, 8), S.TensorType.INT8, 0, _q(S, 0.02, -128)),  # 0 x >= 0 (a variance-like input)
+        ((1,), S.TensorType.INT32, 1, None),  # 1 axis
+        ((1, 1), S.TensorType.INT8, 0, _q(S, 0.01, -128)),  # 2 mean
+        ((1, 1), S.TensorType.INT8, 2, _q(S, c_scale, 0)),  # 3 c
+        ((1, 1), S.TensorType.INT8, 0, _q(S, 0.01 if c < 0.01 else 0.01 + c / 255, -128)),  # 4
+        ((1, 1), S.TensorType.INT8, 0, _q(S, 0.1, -128)),  # 5 out
+    ]
+    sg = S.SubGraphT()
+    sg.tensors = []
+    for shape, ttype, b, q in specs:
+        t = S.TensorT()
+        t.shape = np.array(shape, np.int32)
+        t.type, t.buffer, t.quantization = ttype, b, q
+        sg.tensors.append(t)
+    red = S.ReducerOptionsT()
+    red.keepDims = True
+    sg.operators = []
+    for code, ins, out, opts in ((0, [0, 1], 2, red), (1, [2, 3], 4, None), (2, [4], 5, None)):
+        op = S.OperatorT()
+        op.opcodeIndex = code
+        op.inputs, op.outputs = np.array(ins, np.int32), np.array([out], np.int32)
+        if opts is not None:
+            op.builtinOptionsType, op.builtinOptions = S.BuiltinOptions.ReducerOptions, opts
+        sg.operators.append(op)
+    sg.inputs, sg.outputs = np.array([0], np.int32), np.array([5], np.int32)
+    m.subgraphs = [sg]
+    return _pack_dedup(S, m)
+
+
+def _run_one(kind: str, data: bytes, xs) -> np.ndarray:
+    outs = []
+    for x in xs:
+        if kind == "tflm":
+            from tflite_micro.python.tflite_micro import runtime
+
+            it = runtime.Interpreter.from_bytes(data, arena_size=16 * 1024)
+            it.set_input(x, 0)
+            it.invoke()
+            outs.append(it.get_output(0).copy())
+        else:
+            from ai_edge_litert.interpreter import Interpreter
+
+            it = Interpreter(model_content=data)
+            it.allocate_tensors()
+            it.set_tensor(it.get_input_details()[0]["index"], x)
+            it.invoke()
+            outs.append(it.get_tensor(it.get_output_details()[0]["index"]).copy())
+    return np.stack(outs).astype(np.int32)
+
+
+@pytest.mark.parametrize("kind", ["tflm", "litert"])
+def test_negligible_add_becomes_the_means_requantisation(kind):
+    """fold_negligible_adds: an epsilon below half a step of the ADD's output goes (the MEAN
+    writes in the ADD's quantisation, RSQRT reads it): every output within one step of the
+    unfolded graph, a zero mean still RSQRT's largest output; an ADD of 0.5 stays."""
+    rng = np.random.default_rng(5)
+    xs = [rng.integers(-128, 127, (1, 8)).astype(np.int8) for _ in range(32)]
+    xs.append(np.full((1, 8), -128, np.int8))  # all zero: a zero mean
+    data = _mean_add_rsqrt_model(2.5e-6)
+    plain, p_info = compact_tflite(data)
+    folded, info = compact_tflite(data, scalar_muls=True)
+    assert info["negligible_adds"] == 1 and info["after"]["ops"] == p_info["after"]["ops"] - 1
+    want, got = _run_one(kind, plain, xs), _run_one(kind, folded, xs)
+    assert np.abs(want - got).max() <= 1
+    assert got[-1].item() == 127 == want[-1].item()
+    big, b_info = compact_tflite(_mean_add_rsqrt_model(0.5), scalar_muls=True)
+    assert b_info["negligible_adds"] == 0 and b_info["after"]["ops"] == 3
