@@ -412,6 +412,20 @@ def _lead_ones_stripped(shape) -> tuple[int, ...]:
     return tuple(s)
 
 
+def _bypassable_reshapes(g, sg):
+    """(op, input, output, readers) of each RESHAPE a bypass may take: its output is no
+    graph input or output, has readers, both sides have shapes and one quantisation."""
+    for r in sg.operators or []:
+        if g.kind(r) != "RESHAPE" or len(r.inputs) < 1:
+            continue
+        a, b = int(r.inputs[0]), int(r.outputs[0])
+        users = g.readers.get(b, [])
+        if (b in g.keep or not users or _shape(g.tensors[a]) is None
+                or _shape(g.tensors[b]) is None or not _same_quant(g.tensors[a], g.tensors[b])):
+            continue
+        yield r, a, b, users
+
+
 def bypass_unit_reshapes(model) -> int:
     """RESHAPEs that only add or drop leading 1s, bypassed where the reader broadcasts, in
     place; how many went (the data are the same bytes, so bit-identical):
@@ -429,15 +443,9 @@ def bypass_unit_reshapes(model) -> int:
         g = _Graph(model, sg)
         tensors, keep, readers, kind = g.tensors, g.keep, g.readers, g.kind
         dead: set[int] = set()
-        for r in sg.operators or []:
-            if kind(r) != "RESHAPE" or len(r.inputs) < 1:
-                continue
-            a, b = int(r.inputs[0]), int(r.outputs[0])
+        for r, a, b, users in _bypassable_reshapes(g, sg):
             sa, sb = _shape(tensors[a]), _shape(tensors[b])
-            users = readers.get(b, [])
-            if (b in keep or not users or sa is None or sb is None or sa == sb
-                    or _lead_ones_stripped(sa) != _lead_ones_stripped(sb)
-                    or not _same_quant(tensors[a], tensors[b])):
+            if sa == sb or _lead_ones_stripped(sa) != _lead_ones_stripped(sb):
                 continue
             plan = []
             for u in users:
@@ -578,16 +586,9 @@ def bypass_fc_input_reshapes(model) -> int:
     n = 0
     for sg in model.subgraphs:
         g = _Graph(model, sg)
-        tensors, keep, readers, kind = g.tensors, g.keep, g.readers, g.kind
+        tensors, kind = g.tensors, g.kind
         dead: set[int] = set()
-        for r in sg.operators or []:
-            if kind(r) != "RESHAPE" or len(r.inputs) < 1:
-                continue
-            a, b = int(r.inputs[0]), int(r.outputs[0])
-            users = readers.get(b, [])
-            if (b in keep or not users or _shape(tensors[a]) is None
-                    or not _same_quant(tensors[a], tensors[b])):
-                continue
+        for r, a, b, users in _bypassable_reshapes(g, sg):
             size = int(np.prod(_shape(tensors[a])))
             ok = True
             for u in users:

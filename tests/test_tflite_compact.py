@@ -118,6 +118,25 @@ def _q(S, scale, zp, dim=0):
     return q
 
 
+def _model(S, codes, version: int = 1):
+    """An empty version-3 model with one operator code per builtin in ``codes``."""
+    m = S.ModelT()
+    m.version = 3
+    m.operatorCodes = []
+    for code in codes:
+        oc = S.OperatorCodeT()
+        oc.builtinCode = oc.deprecatedBuiltinCode = code
+        oc.version = version
+        m.operatorCodes.append(oc)
+    return m
+
+
+def _buf(S, a):
+    b = S.BufferT()
+    b.data = np.frombuffer(np.ascontiguousarray(a).tobytes(), np.uint8)
+    return b
+
+
 def _fc_mul_model(mul: float = 0.5) -> bytes:
     """x (1, 4) -> FULLY_CONNECTED(W (3, 4) per-channel int8, bias int32) -> MUL(., mul)
     -> ADD(., y (1, 3)) -> out; every activation int8."""
@@ -308,22 +327,13 @@ def _reshape_fc_model() -> bytes:
     -> ADD(., y (4, 3)) -> RESHAPE (1, 12) -> out; int8, with the converter's metadata and an
     operator code nothing uses (RELU)."""
     S = _schema()
-    m = S.ModelT()
-    m.version = 3
-    m.operatorCodes = []
-    for code in (S.BuiltinOperator.RESHAPE, S.BuiltinOperator.FULLY_CONNECTED,
-                 S.BuiltinOperator.ADD, S.BuiltinOperator.RELU):
-        oc = S.OperatorCodeT()
-        oc.builtinCode = oc.deprecatedBuiltinCode = code
-        oc.version = 1
-        m.operatorCodes.append(oc)
+    m = _model(S, (S.BuiltinOperator.RESHAPE, S.BuiltinOperator.FULLY_CONNECTED,
+                   S.BuiltinOperator.ADD, S.BuiltinOperator.RELU))
     rng = np.random.default_rng(3)
     w = rng.integers(-127, 128, (3, 4)).astype(np.int8)
 
     def buf(a):
-        b = S.BufferT()
-        b.data = np.frombuffer(np.ascontiguousarray(a).tobytes(), np.uint8)
-        return b
+        return _buf(S, a)
 
     m.buffers = [S.BufferT(), buf(w), buf(np.frombuffer(b"1.14.0\0", np.uint8))]
     md = S.MetadataT()
@@ -417,19 +427,10 @@ def test_tflm_file_forms_run_the_same_and_litert_gets_them_back(tmp_path):
 def _mean_add_rsqrt_model(c: float) -> bytes:
     """x (1, 8) int8 -> MEAN(axis 1, keep dims) -> ADD(., c) -> RSQRT -> out (1, 1)."""
     S = _schema()
-    m = S.ModelT()
-    m.version = 3
-    m.operatorCodes = []
-    for code in (S.BuiltinOperator.MEAN, S.BuiltinOperator.ADD, S.BuiltinOperator.RSQRT):
-        oc = S.OperatorCodeT()
-        oc.builtinCode = oc.deprecatedBuiltinCode = code
-        oc.version = 2
-        m.operatorCodes.append(oc)
+    m = _model(S, (S.BuiltinOperator.MEAN, S.BuiltinOperator.ADD, S.BuiltinOperator.RSQRT), 2)
 
     def buf(a):
-        b = S.BufferT()
-        b.data = np.frombuffer(np.ascontiguousarray(a).tobytes(), np.uint8)
-        return b
+        return _buf(S, a)
 
     c_scale = max(abs(c), 1e-12) / 127
     m.buffers = [S.BufferT(), buf(np.array([1], np.int32)), buf(np.array([127], np.int8))]
