@@ -38,12 +38,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from qsa.models.qtransformer import QuaternionLayerNorm
+
 from .errors import ExportError
 from .rewrite import (
     ExportPReLU,
     ExportQuaternionLayer,
     ExportQuaternionLayerNorm,
     ExportQuaternionUpsample,
+    fold_gain,
 )
 
 
@@ -67,16 +70,6 @@ def _linear(layer: ExportQuaternionLayer, h: torch.Tensor) -> torch.Tensor:
     if layer.bias is not None:
         y = y + layer.bias.view(4, layer.n_out)
     return y
-
-
-def _norm(norm: ExportQuaternionLayerNorm, h: torch.Tensor) -> torch.Tensor:
-    """ExportQuaternionLayerNorm on (..., 4, n) tokens (the same numbers, no reshapes)."""
-    if norm.reduce != "mean":
-        raise ExportError(f"the channels-last step takes mean-reduce norms, got {norm.reduce!r}")
-    q = h - h.mean(dim=-1, keepdim=True)
-    p = (q * q).mean(dim=(-2, -1), keepdim=True)
-    q = q * torch.rsqrt(p + norm.eps / 4)
-    return q * norm.gain if norm.apply_gain else q
 
 
 def _prelu(act: ExportPReLU, h: torch.Tensor) -> torch.Tensor:
@@ -198,25 +191,25 @@ def _time_step(c: nn.Module, x: torch.Tensor, state):
 
 
 def _ffn(ff: nn.Module, h: torch.Tensor) -> torch.Tensor:
-    z = _linear(ff.up, _norm(ff.norm, h))
+    z = _linear(ff.up, ff.norm(h))
     return _linear(ff.down, z * torch.sigmoid(z))
 
 
 def _conv_module(cm: nn.Module, h: torch.Tensor) -> torch.Tensor:
     if cm.causal or not cm._conv_pads:
         raise ExportError("the channels-last step expects the non-causal, odd-kernel conv module")
-    z = _linear(cm.pw1, _norm(cm.norm, h))
+    z = _linear(cm.pw1, cm.norm(h))
     z = _depthwise(cm.dw, z * torch.sigmoid(z))
-    z = _norm(cm.norm2, z)
+    z = cm.norm2(z)
     return _linear(cm.pw2, z * torch.sigmoid(z))
 
 
 def _conformer(c: nn.Module, h: torch.Tensor) -> torch.Tensor:
     """QuaternionConformer.forward on the tokens (1, L, 4, n) of one frame."""
     h = h + 0.5 * _ffn(c.ff1, h)
-    h = h + _attention(c.attn, _norm(c.attn_norm, h))
+    h = h + _attention(c.attn, c.attn_norm(h))
     h = h + _conv_module(c.conv, h)
-    return _norm(c.norm, h + 0.5 * _ffn(c.ff2, h))
+    return c.norm(h + 0.5 * _ffn(c.ff2, h))
 
 
 def _decoder(dec: nn.Module, h: torch.Tensor, skips: list[torch.Tensor]) -> torch.Tensor:
@@ -243,7 +236,7 @@ def channels_last_reason(net: nn.Module) -> str | None:
             return f"norm_reduce={m.reduce!r} (the channels-last form takes 'mean')"
         if isinstance(m, ExportQuaternionUpsample) and m.filler != "same":
             return f"upsample_filler={m.filler!r} (the channels-last form takes 'same')"
-        if type(m).__name__ == "QuaternionLayerNorm":
+        if isinstance(m, QuaternionLayerNorm):
             return "unfolded QuaternionLayerNorm (prepare with fold_norm=True)"
     return None
 
@@ -290,15 +283,9 @@ class ChannelsLastNetworkStep(nn.Module):
                 pairs.append((blk.freq.norm, [self.model.mask_decoder.ups[0],
                                               self.model.complex_decoder.ups[0]]))
             for norm, layers in pairs:
-                if not isinstance(norm, ExportQuaternionLayerNorm) or not norm.apply_gain:
-                    continue
-                g = norm.gain.detach().repeat(4)  # input feature (a, i) -> gain of unit i
-                with torch.no_grad():
-                    for lay in layers:
-                        shape = [1, -1] + [1] * (lay.weight.dim() - 2)
-                        lay.weight.mul_(g.view(shape))
-                norm.apply_gain = False
-                n += 1
+                if isinstance(norm, ExportQuaternionLayerNorm) and norm.apply_gain:
+                    fold_gain(norm, layers)
+                    n += 1
         return n
 
     def init_state(self, batch: int = 1) -> tuple[torch.Tensor, ...]:

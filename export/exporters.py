@@ -569,7 +569,7 @@ class LiteRTExporter(Exporter):
     # microcontroller file (TFLMExporter) takes the smaller channels-last graph
     layout = "source"
     mix_bmm = False  # XNNPACK runs the converter's FULLY_CONNECTED form of the mixing
-    micro = False  # TFLite-Micro-only file forms (tflite_compact.single_weight_zero_points)
+    micro = False  # TFLite-Micro-only file forms (tflite_compact: ``micro``, for_litert)
 
     def export(self) -> None:
         """litert_torch exports internally (fp32); int8 needs the PT2E graph first."""
@@ -637,7 +637,7 @@ class TFLMExporter(LiteRTExporter):
     target = "tflm"
     mix_bmm = True  # the mixing as BATCH_MATMUL: one transpose fewer per quaternion layer
     layout = "channels_last"  # no NCHW <-> NHWC moves around QC-GAN's convs (channels_last)
-    micro = True  # per-channel zero points stored once (LiteRT's loaders widen them back)
+    micro = True  # forms only TFLM reads (LiteRT's loaders undo them: for_litert)
 
     def check_graph(self) -> None:
         from .tflm import float_ops, tflite_ops

@@ -364,8 +364,12 @@ class ExportQuaternionLayerNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # one token (a streaming step): (4, n) without lead axes, the shape the quaternion
-        # linears around it produce and take, so a converter adds no reshapes around the norm
-        lead = x.shape[:-1] if x.numel() != 4 * self.n else ()
+        # linears around it produce and take, so a converter adds no reshapes around the norm;
+        # tokens already (..., 4, n) (qsa.export.channels_last) stay as they are
+        if x.dim() >= 2 and tuple(x.shape[-2:]) == (4, self.n):
+            lead = x.shape[:-2]
+        else:
+            lead = x.shape[:-1] if x.numel() != 4 * self.n else ()
         q = x.reshape(*lead, 4, self.n)  # (..., 4, n)
         if self.reduce == "linear":
             q = q - F.linear(q, self.unit_mean)  # (..., 4, 1) means per component
@@ -542,13 +546,20 @@ def fold_norm_gains(model: nn.Module) -> int:
             if not all(isinstance(q, ExportQuaternionLayer) and q.spatial == 0
                        and q.n_in == norm.n for q in layers):
                 continue
-            g = norm.gain.detach().repeat(4)  # feature (a, i) -> gain of unit i
-            with torch.no_grad():
-                for q in layers:
-                    q.weight.mul_(g)
-            norm.apply_gain = False
+            fold_gain(norm, layers)
             folded += 1
     return folded
+
+
+def fold_gain(norm: ExportQuaternionLayerNorm, layers: list[nn.Module]) -> None:
+    """``norm``'s gain moved into ``layers``, the only layers its output feeds (in place):
+    their weights' input features (a, i) (axis 1: a linear's or a conv's input channels)
+    scaled by the gain of unit i, the norm's gain MUL off."""
+    g = norm.gain.detach().repeat(4)  # feature (a, i) -> gain of unit i
+    with torch.no_grad():
+        for q in layers:
+            q.weight.mul_(g.view([1, -1] + [1] * (q.weight.dim() - 2)))
+    norm.apply_gain = False
 
 
 def export_layers(model: nn.Module) -> dict[str, ExportQuaternionLayer]:

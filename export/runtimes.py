@@ -289,8 +289,8 @@ class LiteRTRuntime(Runtime):
         try:
             from .tflite_compact import for_litert
 
-            # a TFLite-Micro artifact stores its weights' zero points once and its reshapes
-            # without options (TFLM's forms); LiteRT wants them per channel and written out
+            # a TFLite-Micro artifact is in forms only TFLM reads (one zero point per weight
+            # tensor, bare reshapes, no zero biases ...); LiteRT gets them written out
             self._data = for_litert(self._data)
             self.interpreter = Interpreter(model_content=self._data, num_threads=threads)
             self.interpreter.allocate_tensors()

@@ -247,10 +247,9 @@ def compact_tflite(
     ``drop_default_options``. ``fuse``: run ``fuse_prelu`` first (not bit-identical: verify
     the result). ``mix_bmm``: run ``mix_to_batch_matmul`` (bit-identical on TFLite-Micro's
     reference kernels; LiteRT's XNNPACK rounds its FULLY_CONNECTED differently). ``micro``:
-    ``single_weight_zero_points``, ``bypass_fc_input_reshapes`` and ``drop_zero_biases`` (with
-    ``fold``),
-    ``drop_reshape_shapes`` and ``drop_metadata`` (a file for TFLite-Micro only: LiteRT loads
-    it through ``for_litert``). Unused operator codes always go.
+    ``single_weight_zero_points``, ``drop_reshape_shapes``, ``drop_metadata`` and, with
+    ``fold``, ``bypass_fc_input_reshapes`` and ``drop_zero_biases`` (a file for TFLite-Micro
+    only: LiteRT loads it through ``for_litert``). Unused operator codes always go.
     ``scalar_muls``: run ``fold_scalar_muls`` and ``fold_negligible_adds`` (not
     bit-identical: verify the result)."""
     S = _schema()
@@ -541,7 +540,7 @@ def drop_reshape_shapes(model) -> int:
     return n
 
 
-_BIAS_INPUT = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2}
+_BIASED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")  # bias: input 2
 
 
 def drop_zero_biases(model) -> int:
@@ -559,17 +558,16 @@ def drop_zero_biases(model) -> int:
         keep = {int(i) for i in sg.inputs} | {int(i) for i in sg.outputs}
         for op in sg.operators or []:
             k = kind(op)
-            j = _BIAS_INPUT.get(k)
-            if j is None or op.inputs is None or len(op.inputs) != j + 1:
+            if k not in _BIASED or op.inputs is None or len(op.inputs) != 3:
                 continue
-            b = int(op.inputs[j])
+            b = int(op.inputs[2])
             if b < 0 or b in keep or not _is_const(model, sg.tensors[b]):
                 continue
             data = model.buffers[sg.tensors[b].buffer].data
             if data is None or len(data) == 0 or np.any(np.asarray(data)):
                 continue
             ins = [int(i) for i in op.inputs]
-            op.inputs = ins[:j] + [-1] if k == "FULLY_CONNECTED" else ins[:j]
+            op.inputs = ins[:2] + [-1] if k == "FULLY_CONNECTED" else ins[:2]
             n += 1
         _drop_unused_tensors(model, sg)
     return n
@@ -655,61 +653,66 @@ def drop_unused_opcodes(model) -> int:
     return len(codes) - len(used)
 
 
-def for_litert(data: bytes) -> bytes:
-    """A TFLite-Micro artifact in the form LiteRT loads, for checking it on the host: each
-    one-element zero-point vector of a per-channel tensor repeated per channel (the inverse
-    of ``single_weight_zero_points``) and each RESHAPE without options given its output
-    tensor's shape as ``new_shape`` (the inverse of ``drop_reshape_shapes``), and a RESHAPE
-    to (rows, depth) put back before each FULLY_CONNECTED whose input's last dimension is not
-    its weights' depth (the inverse of ``bypass_fc_input_reshapes``), and a zero bias to each
-    conv without one (the inverse of ``drop_zero_biases``). ``data`` itself when it needs
-    none of these; the same numbers otherwise."""
-    data = widen_zero_points(data)
-    S = _schema()
-    g = S.Model.GetRootAs(data, 0)
-    cap = len(data) // 4  # a corrupt length must not loop for ever
-    reshape = {
-        i for i in range(min(g.OperatorCodesLength(), cap))
-        if max(g.OperatorCodes(i).BuiltinCode(), g.OperatorCodes(i).DeprecatedBuiltinCode())
-        == S.BuiltinOperator.RESHAPE
-    }
-    fc = {
-        i for i in range(min(g.OperatorCodesLength(), cap))
-        if max(g.OperatorCodes(i).BuiltinCode(), g.OperatorCodes(i).DeprecatedBuiltinCode())
-        == S.BuiltinOperator.FULLY_CONNECTED
-    }
+def _narrow_zero_points(sg) -> bool:
+    """Whether a subgraph (flatbuffer reader) has a per-channel tensor with one zero point."""
+    for j in range(sg.TensorsLength()):
+        q = sg.Tensors(j).Quantization()
+        if q is not None and q.ScaleLength() > 1 and q.ZeroPointLength() == 1:
+            return True
+    return False
 
-    conv = {
-        i for i in range(min(g.OperatorCodesLength(), cap))
-        if max(g.OperatorCodes(i).BuiltinCode(), g.OperatorCodes(i).DeprecatedBuiltinCode())
-        in (S.BuiltinOperator.CONV_2D, S.BuiltinOperator.DEPTHWISE_CONV_2D)
-    }
 
-    def last_dim(sg, t: int) -> int | None:
+def _micro_ops(g, sg) -> bool:
+    """Whether a subgraph (flatbuffer reader) has an op in a form only TFLite-Micro runs: a
+    RESHAPE without options, a FULLY_CONNECTED whose input is not rows of its weights' depth,
+    a conv without a bias (see for_litert)."""
+    B = _schema().BuiltinOperator
+    codes = [max(g.OperatorCodes(i).BuiltinCode(), g.OperatorCodes(i).DeprecatedBuiltinCode())
+             for i in range(g.OperatorCodesLength())]
+
+    def last_dim(t: int) -> int | None:
         if not 0 <= t < sg.TensorsLength():
             return None
         ten = sg.Tensors(t)
         return int(ten.Shape(ten.ShapeLength() - 1)) if ten.ShapeLength() else None
 
-    bare = False
-    for i in range(min(g.SubgraphsLength(), cap)):
-        sg = g.Subgraphs(i)
-        for j in range(min(sg.OperatorsLength(), cap)):
-            op = sg.Operators(j)
-            code = op.OpcodeIndex()
-            bare = (
-                (code in reshape and op.InputsLength() == 1 and op.BuiltinOptionsType() == 0)
-                or (code in fc and op.InputsLength() >= 2
-                    and last_dim(sg, op.Inputs(0)) != last_dim(sg, op.Inputs(1)))
-                or (code in conv and op.InputsLength() == 2)
-            )
-            if bare:
-                break
-        if bare:
-            break
-    if not bare:
+    for j in range(sg.OperatorsLength()):
+        op = sg.Operators(j)
+        code = codes[op.OpcodeIndex()] if op.OpcodeIndex() < len(codes) else None
+        if ((code == B.RESHAPE and op.InputsLength() == 1 and op.BuiltinOptionsType() == 0)
+                or (code == B.FULLY_CONNECTED and op.InputsLength() >= 2
+                    and last_dim(op.Inputs(0)) != last_dim(op.Inputs(1)))
+                or (code in (B.CONV_2D, B.DEPTHWISE_CONV_2D) and op.InputsLength() == 2)):
+            return True
+    return False
+
+
+def _widen(model) -> None:
+    """Each one-element zero-point vector of a per-channel tensor repeated per channel."""
+    for sg in model.subgraphs:
+        for t in sg.tensors or []:
+            q = t.quantization
+            if (q is not None and q.scale is not None and q.zeroPoint is not None
+                    and len(q.scale) > 1 and len(q.zeroPoint) == 1):
+                q.zeroPoint = np.full(len(q.scale), q.zeroPoint[0], np.int64)
+
+
+def for_litert(data: bytes) -> bytes:
+    """A TFLite-Micro artifact in the form LiteRT loads, for checking it on the host: each
+    one-element zero-point vector of a per-channel tensor repeated per channel (the inverse
+    of ``single_weight_zero_points``), each RESHAPE without options given its output
+    tensor's shape as ``new_shape`` (of ``drop_reshape_shapes``), a RESHAPE to (rows, depth)
+    put back before each FULLY_CONNECTED whose input's last dimension is not its weights'
+    depth (of ``bypass_fc_input_reshapes``) and a zero bias given to each conv without one
+    (of ``drop_zero_biases``). ``data`` itself when it needs none of these; the same numbers
+    otherwise."""
+    S = _schema()
+    g = S.Model.GetRootAs(data, 0)
+    subgraphs = [g.Subgraphs(i) for i in range(min(g.SubgraphsLength(), len(data) // 4))]
+    if not any(_narrow_zero_points(sg) or _micro_ops(g, sg) for sg in subgraphs):
         return data
     model = S.ModelT.InitFromPackedBuf(bytearray(data), 0)
+    _widen(model)
     kind = _op_kind(model)
 
     def reshape_options(shape):
@@ -720,30 +723,35 @@ def for_litert(data: bytes) -> bytes:
     for sg in model.subgraphs:
         ops = []
         for op in sg.operators or []:
-            if kind(op) == "RESHAPE" and len(op.inputs) == 1 and op.builtinOptions is None:
+            k = kind(op)
+            if k == "RESHAPE" and len(op.inputs) == 1 and op.builtinOptions is None:
                 op.builtinOptionsType, op.builtinOptions = reshape_options(
                     sg.tensors[int(op.outputs[0])].shape)
-            elif kind(op) in ("CONV_2D", "DEPTHWISE_CONV_2D") and len(op.inputs) == 2:
-                op.inputs = [*[int(i) for i in op.inputs], _zero_bias(model, sg, op, kind(op))]
-            elif kind(op) == "FULLY_CONNECTED" and len(op.inputs) >= 2:
+            elif k in ("CONV_2D", "DEPTHWISE_CONV_2D") and len(op.inputs) == 2:
+                op.inputs = [*[int(i) for i in op.inputs], _zero_bias(model, sg, op, k)]
+            elif k == "FULLY_CONNECTED" and len(op.inputs) >= 2:
                 x, w = sg.tensors[int(op.inputs[0])], sg.tensors[int(op.inputs[1])]
-                out = sg.tensors[int(op.outputs[0])]
-                if (x.shape is not None and w.shape is not None and len(w.shape) == 2
-                        and len(x.shape) and int(x.shape[-1]) != int(w.shape[1])):
-                    # the rows as LiteRT wants them: the output's leading dims x the depth
-                    rows = [int(v) for v in out.shape[:-1]] + [int(w.shape[1])]
-                    if out.shape is None or len(out.shape) == 2:
-                        rows = [int(np.prod(x.shape)) // int(w.shape[1]), int(w.shape[1])]
-                    t = S.TensorT()
-                    t.shape, t.type, t.buffer = np.asarray(rows, np.int32), x.type, 0
-                    t.quantization = x.quantization
-                    sg.tensors.append(t)
-                    r = S.OperatorT()
-                    r.opcodeIndex = _opcode(model, "RESHAPE")
-                    r.inputs, r.outputs = [int(op.inputs[0])], [len(sg.tensors) - 1]
-                    r.builtinOptionsType, r.builtinOptions = reshape_options(rows)
-                    op.inputs = [len(sg.tensors) - 1, *[int(i) for i in op.inputs[1:]]]
-                    ops.append(r)
+                out = sg.tensors[int(op.outputs[0])].shape
+                if (x.shape is None or w.shape is None or len(w.shape) != 2
+                        or not len(x.shape) or int(x.shape[-1]) == int(w.shape[1])):
+                    ops.append(op)
+                    continue
+                # the rows as LiteRT wants them: the output's leading dims x the depth
+                depth = int(w.shape[1])
+                if out is None or len(out) == 2:
+                    rows = [int(np.prod(x.shape)) // depth, depth]
+                else:
+                    rows = [int(v) for v in out[:-1]] + [depth]
+                t = S.TensorT()
+                t.shape, t.type, t.buffer = np.asarray(rows, np.int32), x.type, 0
+                t.quantization = x.quantization
+                sg.tensors.append(t)
+                r = S.OperatorT()
+                r.opcodeIndex = _opcode(model, "RESHAPE")
+                r.inputs, r.outputs = [int(op.inputs[0])], [len(sg.tensors) - 1]
+                r.builtinOptionsType, r.builtinOptions = reshape_options(rows)
+                op.inputs = [len(sg.tensors) - 1, *[int(i) for i in op.inputs[1:]]]
+                ops.append(r)
             ops.append(op)
         sg.operators = ops
     return _pack_dedup(S, model)
@@ -774,34 +782,15 @@ def _zero_bias(model, sg, op, k: str) -> int:
 
 def widen_zero_points(data: bytes) -> bytes:
     """``data`` with every one-element zero-point vector of a per-channel tensor repeated per
-    channel (the inverse of ``single_weight_zero_points``): the TFLite-Micro file in the form
-    LiteRT loads, for checking it on the host. ``data`` itself when there is none."""
+    channel (the inverse of ``single_weight_zero_points``), ``data`` itself when there is
+    none. ``for_litert`` undoes every TFLite-Micro-only form."""
     S = _schema()
     g = S.Model.GetRootAs(data, 0)
-    found, cap = False, len(data) // 4  # a corrupt length must not loop for ever
-    for i in range(min(g.SubgraphsLength(), cap)):
-        sg = g.Subgraphs(i)
-        for j in range(min(sg.TensorsLength(), cap)):
-            q = sg.Tensors(j).Quantization()
-            if q is not None and q.ScaleLength() > 1 and q.ZeroPointLength() == 1:
-                found = True
-                break
-        if found:
-            break
-    if not found:
+    if not any(_narrow_zero_points(g.Subgraphs(i))
+               for i in range(min(g.SubgraphsLength(), len(data) // 4))):
         return data
     model = S.ModelT.InitFromPackedBuf(bytearray(data), 0)
-    for sg in model.subgraphs:
-        for t in sg.tensors or []:
-            q = t.quantization
-            if (
-                q is not None
-                and q.scale is not None
-                and q.zeroPoint is not None
-                and len(q.scale) > 1
-                and len(q.zeroPoint) == 1
-            ):
-                q.zeroPoint = np.full(len(q.scale), q.zeroPoint[0], np.int64)
+    _widen(model)
     return _pack_dedup(S, model)
 
 

@@ -44,14 +44,10 @@ def _parsed(path: str | os.PathLike):
         sg = model.subgraphs[0]
     except Exception as e:
         raise ExportError(f"{path}: not a readable TFLite flatbuffer ({e})") from e
+    from .tflite_compact import _op_kind
+
     types = {v: k.lower() for k, v in vars(S.TensorType).items() if not k.startswith("_")}
-    names = {v: k for k, v in vars(S.BuiltinOperator).items() if not k.startswith("_")}
-
-    def op_name(op) -> str:
-        c = model.operatorCodes[op.opcodeIndex]
-        return names.get(max(c.builtinCode, c.deprecatedBuiltinCode), "CUSTOM")
-
-    return model, sg, types, op_name
+    return model, sg, types, _op_kind(model)
 
 
 def tflite_ops(path: str | os.PathLike) -> list[dict[str, Any]]:
