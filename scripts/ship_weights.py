@@ -90,7 +90,8 @@ def main() -> None:
             ("lr", "lr_g"), ("lr-d", "lr_d"), ("metric-start", "metric_start"),
             ("d-warmup", "d_warmup"), ("stoi-weight", "stoi_weight"),
             ("sisdr-weight", "sisdr_weight"), ("threads", "threads"), ("seed", "seed"),
-            ("init", "init")) if tc.get(key)])
+            ("init", "init")) if tc.get(key)]
+        + ([f"--select {tc['select']}"] if tc.get("select", "pesq") != "pesq" else []))
     lines = [
         f"# {args.name}: model card", "",
         f"- Architecture: QC-GAN generator, preset `{args.name}`; files `{args.name}.qsa` (fp32) "
@@ -115,8 +116,11 @@ def main() -> None:
         lines.append(f"| {k} | " + " | ".join(
             f"{m.get(x, float('nan')):.3f}" for x in
             ("pesq_wb", "pesq_nb", "stoi", "si_sdr", "csig", "cbak", "covl")) + " |")
-    lines += ["", f"Validation PESQ-WB during training: {card.get('val_pesq_wb')} "
-              f"(noisy {card.get('val_pesq_wb_noisy')}).", ""]
+    val = (f"Validation PESQ-WB during training: {card.get('val_pesq_wb')} "
+           f"(noisy {card.get('val_pesq_wb_noisy')})")
+    if card.get("val_stoi") is not None:
+        val += f", STOI {card['val_stoi']} (noisy {card.get('val_stoi_noisy')})"
+    lines += ["", val + ".", ""]
     (dst / f"{args.name}.md").write_text("\n".join(lines))
     print("\n".join(lines))
     print(json.dumps(golden))

@@ -250,22 +250,73 @@ def test_best_validation_epoch_is_kept(corpus, tmp_path):
     import qsa
     from qsa.quantize import read_packed
 
+    from qsa.train.se import selection_score
+
     out = tmp_path / "run"
-    r = subprocess.run(train_args(corpus, out, "--max-steps", "0") + ["--epochs", "3"],
+    r = subprocess.run(train_args(corpus, out, "--max-steps", "0")
+                       + ["--epochs", "3", "--select", "pesq+stoi"],
                        capture_output=True, text=True, env=ENV, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     history = json.loads((out / "history.json").read_text())
-    assert len(history) == 3 and all("val_pesq" in h for h in history)
-    best = max(history, key=lambda h: h["val_pesq"])
+    assert len(history) == 3
+    for h in history:  # validation scores both metrics, for the model and the noisy input
+        assert all(0 < h[k] < 1 for k in ("val_stoi", "val_stoi_noisy")), h
+        assert all(1 <= h[k] <= 4.65 for k in ("val_pesq", "val_pesq_noisy")), h
+    best = max(history, key=lambda h: (h["val_pesq"] - 1) / 3.5 + h["val_stoi"])
     _, meta = read_packed(out / "qcgan-35k.best.qsa")
     card = meta["card"]
     assert card["best_of_run"] and card["val_pesq_wb"] == best["val_pesq"]
+    assert card["val_stoi"] == best["val_stoi"]
+    assert card["train_config"]["select"] == "pesq+stoi"
     assert card["steps"] == best["global_step"] and card["epochs"] == best["epoch"] + 1
     assert card["batch_size"] == 2 and card["segment_seconds"] == 0.5  # the final card's keys
     state = json.loads(_checkpoint_meta(out)["qsa"])["extra"]["state"]
     assert state["best_val"]["epoch"] == best["epoch"]
+    assert state["best_val"]["score"] == pytest.approx(selection_score("pesq+stoi", best))
     m = qsa.load(out / "qcgan-35k.best.qsa")
     assert torch.isfinite(m(torch.zeros(1, 1600))).all()
+
+
+def test_best_epoch_selection_rules(tmp_path):
+    """--select pesq ranks epochs by validation PESQ-WB, pesq+stoi by (PESQ - 1) / 3.5 + STOI
+    (so +0.01 STOI outweighs -0.03 PESQ); a best epoch recorded by a checkpoint from before
+    the score existed still counts for pesq; an epoch without scores is never kept."""
+    from qsa.models.registry import build_model, preset_config
+    from qsa.errors import ConfigError
+    from qsa.train.se import TrainConfig, Trainer, selection_score
+
+    a = {"epoch": 0, "global_step": 10, "val_pesq": 1.80, "val_stoi": 0.840}
+    b = {"epoch": 1, "global_step": 20, "val_pesq": 1.77, "val_stoi": 0.850}
+    assert selection_score("pesq", a) > selection_score("pesq", b)
+    assert selection_score("pesq+stoi", b) > selection_score("pesq+stoi", a)
+    assert selection_score("pesq+stoi", {"val_pesq": 1.8}) is None
+    assert selection_score("pesq", {"val_pesq": float("nan")}) is None
+    with pytest.raises(ConfigError, match="select='stoi'.*pesq, pesq\\+stoi"):
+        TrainConfig(select="stoi")
+
+    def trainer(select, best=None):
+        t = Trainer.__new__(Trainer)
+        t.out = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        t.out.mkdir()
+        t.cfg = TrainConfig(model="qcgan-35k", out=str(t.out), select=select)
+        t.rank, t.world = 0, 1
+        t.G = build_model(preset_config("qcgan-35k"))
+        t.state = {"best_val": best}
+        return t
+
+    for select, winner in (("pesq", a), ("pesq+stoi", b)):
+        t = trainer(select)
+        for rec in (a, b, {"epoch": 2, "global_step": 30}):
+            t._keep_best(rec)
+        assert t.state["best_val"]["epoch"] == winner["epoch"], select
+        assert t.best_path.exists()
+    old = {"val_pesq": 1.85, "epoch": 5, "global_step": 50}  # written by the earlier trainer
+    t = trainer("pesq", dict(old))
+    t._keep_best(a)
+    assert t.state["best_val"] == old and not t.best_path.exists()
+    t = trainer("pesq+stoi", dict(old))  # no STOI recorded: the new rule starts afresh
+    t._keep_best(a)
+    assert t.state["best_val"]["epoch"] == 0
 
 
 def _checkpoint_meta(out: Path) -> dict:

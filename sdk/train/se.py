@@ -12,8 +12,10 @@ Per step, on a batch of (noisy, clean) crops:
 Runs data-parallel under ``torchrun`` (gloo on CPU, nccl on GPU, DistributedSampler).
 Checkpoints (safetensors + JSON: weights, optimizer moments, schedulers, RNG, position in the
 epoch) are written atomically every ``ckpt_every`` steps and at each epoch's end; ``--resume``
-continues exactly where a killed run stopped. Validation PESQ every epoch; the final model
-is written as packed model files (fp32 and int8) with a model card.
+continues exactly where a killed run stopped. Validation PESQ-WB and STOI every epoch; the
+epoch that scores best on ``select`` (PESQ, or PESQ and STOI together) is kept as
+``RUN/MODEL.best.qsa``; the final model is written as packed model files (fp32 and int8)
+with a model card.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class TrainConfig:
     device: str = "auto"  # auto (cuda when available) | cpu | cuda
     stoi_weight: float = 0.0  # differentiable-STOI loss weight (LossConfig.stoi_weight)
     sisdr_weight: float = 0.0  # -SI-SDR/10 loss weight (LossConfig.sisdr_weight)
+    select: str = "pesq"  # which validation epoch MODEL.best.qsa keeps (SELECT_METRICS)
     version: int = 1
 
     def __post_init__(self):
@@ -85,6 +88,28 @@ class TrainConfig:
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}={getattr(self, name)}; loss weights must be >= 0 "
                                   "(0 turns the term off)")
+        if self.select not in SELECT_METRICS:
+            raise ConfigError(f"select={self.select!r}; expected one of "
+                              f"{', '.join(SELECT_METRICS)}")
+
+
+# how the best validation epoch is chosen: PESQ-WB alone, or PESQ-WB normalised to [0, 1]
+# the way the discriminator sees it ((PESQ - 1) / 3.5) plus STOI, so that 0.035 PESQ counts
+# as much as 0.01 STOI
+SELECT_METRICS = ("pesq", "pesq+stoi")
+
+
+def selection_score(select: str, rec: dict[str, Any]) -> float | None:
+    """The validation record's score under ``select`` (None when a metric is missing)."""
+    pesq = rec.get("val_pesq")
+    if pesq is None or not math.isfinite(pesq):
+        return None
+    if select == "pesq":
+        return float(pesq)
+    stoi = rec.get("val_stoi")
+    if stoi is None or not math.isfinite(stoi):
+        return None
+    return float(normalise_pesq(np.array([pesq]))[0] + stoi)
 
 
 def _dist_info() -> tuple[int, int]:
@@ -290,9 +315,14 @@ class Trainer:
         pool = self.pool if self.cfg.metric_gan else PesqPool(0)
         p = pool(refs, degs)
         p0 = pool(refs, noisy_list)
+        s, s0 = _stoi_all(refs, degs), _stoi_all(refs, noisy_list)
         ok = np.isfinite(p) & np.isfinite(p0)
+        ok_s = np.isfinite(s) & np.isfinite(s0)
+        nan = float("nan")
         return {"val_pesq": float(np.mean(p[ok])), "val_pesq_noisy": float(np.mean(p0[ok])),
-                "val_items": int(ok.sum())}
+                "val_items": int(ok.sum()),
+                "val_stoi": float(np.mean(s[ok_s])) if ok_s.any() else nan,
+                "val_stoi_noisy": float(np.mean(s0[ok_s])) if ok_s.any() else nan}
 
     # -- the loop ------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
@@ -343,17 +373,23 @@ class Trainer:
         return self.out / f"{self.cfg.model}.best.qsa"
 
     def _keep_best(self, rec: dict[str, Any]) -> None:
-        """The generator of the epoch with the highest validation PESQ so far, as a packed
-        fp32 file next to the checkpoint (a GAN's last epoch is not always its best)."""
-        val = rec.get("val_pesq")
-        if self.rank != 0 or val is None or not math.isfinite(val):
+        """The generator of the epoch with the best validation score so far (``select``), as
+        a packed fp32 file next to the checkpoint (a GAN's last epoch is not always its
+        best)."""
+        sel = self.cfg.select
+        score = selection_score(sel, rec)
+        if self.rank != 0 or score is None:
             return
         best = self.state.get("best_val")
-        if best is not None and val <= best["val_pesq"]:
-            return
+        if best is not None:
+            # a checkpoint written before "score" existed ranked by PESQ alone
+            prev = best.get("score", best["val_pesq"] if sel == "pesq" else None)
+            if prev is not None and score <= prev:
+                return
         from qsa.quantize import save_packed
 
-        self.state["best_val"] = {"val_pesq": val, "epoch": rec["epoch"],
+        self.state["best_val"] = {"select": sel, "score": score, "val_pesq": rec["val_pesq"],
+                                  "val_stoi": rec.get("val_stoi"), "epoch": rec["epoch"],
                                   "global_step": rec["global_step"]}
         gen = copy.deepcopy(self.G).cpu().eval()
         card = model_card(self.cfg, rec["global_step"], rec["epoch"] + 1, rec, self.world)
@@ -370,11 +406,25 @@ def model_card(cfg: TrainConfig, steps: int, epochs: int, val: dict, world: int)
         "model": cfg.model, "data": cfg.data, "steps": steps, "epochs": epochs,
         "batch_size": cfg.batch_size * world, "segment_seconds": cfg.segment_seconds,
         "seed": cfg.seed, "val_pesq_wb": val.get("val_pesq"),
-        "val_pesq_wb_noisy": val.get("val_pesq_noisy"), "train_config": dataclasses.asdict(cfg),
+        "val_pesq_wb_noisy": val.get("val_pesq_noisy"), "val_stoi": val.get("val_stoi"),
+        "val_stoi_noisy": val.get("val_stoi_noisy"), "train_config": dataclasses.asdict(cfg),
     }
     if cfg.init:
         card["init"] = cfg.init
     return card
+
+
+def _stoi_all(refs, degs) -> np.ndarray:
+    """STOI of each (reference, degraded) pair; NaN where pystoi finds too little speech."""
+    from qsa.metrics.scores import stoi_score
+
+    out = []
+    for r, d in zip(refs, degs):
+        try:
+            out.append(stoi_score(r, d))
+        except ValueError:
+            out.append(float("nan"))
+    return np.asarray(out, dtype=np.float64)
 
 
 def _val_pairs(pairs, n: int):
