@@ -249,7 +249,6 @@ def test_best_validation_epoch_is_kept(corpus, tmp_path):
 
     import qsa
     from qsa.quantize import read_packed
-
     from qsa.train.se import selection_score
 
     out = tmp_path / "run"
@@ -281,8 +280,8 @@ def test_best_epoch_selection_rules(tmp_path):
     """--select pesq ranks epochs by validation PESQ-WB, pesq+stoi by (PESQ - 1) / 3.5 + STOI
     (so +0.01 STOI outweighs -0.03 PESQ); a best epoch recorded by a checkpoint from before
     the score existed still counts for pesq; an epoch without scores is never kept."""
-    from qsa.models.registry import build_model, preset_config
     from qsa.errors import ConfigError
+    from qsa.models.registry import build_model, preset_config
     from qsa.train.se import TrainConfig, Trainer, selection_score
 
     a = {"epoch": 0, "global_step": 10, "val_pesq": 1.80, "val_stoi": 0.840}

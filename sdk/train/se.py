@@ -419,7 +419,7 @@ def _stoi_all(refs, degs) -> np.ndarray:
     from qsa.metrics.scores import stoi_score
 
     out = []
-    for r, d in zip(refs, degs):
+    for r, d in zip(refs, degs, strict=False):
         try:
             out.append(stoi_score(r, d))
         except ValueError:
