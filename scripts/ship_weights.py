@@ -89,7 +89,8 @@ def main() -> None:
             ("segment", "segment_seconds"),
             ("lr", "lr_g"), ("lr-d", "lr_d"), ("metric-start", "metric_start"),
             ("d-warmup", "d_warmup"), ("stoi-weight", "stoi_weight"),
-            ("sisdr-weight", "sisdr_weight"), ("threads", "threads"), ("seed", "seed"),
+            ("sisdr-weight", "sisdr_weight"), ("pesq-weight", "pesq_weight"),
+            ("threads", "threads"), ("seed", "seed"),
             ("init", "init")) if tc.get(key)]
         + ([f"--select {tc['select']}"] if tc.get("select", "pesq") != "pesq" else []))
     lines = [

@@ -40,6 +40,9 @@ def register(sub) -> None:
                    help="weight of the differentiable STOI loss, 1 - STOI (0: off)")
     p.add_argument("--sisdr-weight", type=float, default=0.0,
                    help="weight of the -SI-SDR / 10 dB loss (0: off)")
+    p.add_argument("--pesq-weight", type=float, default=0.0,
+                   help="weight of the differentiable PESQ-WB proxy loss, 1 - (PESQ - 1) / 3.5 "
+                        "(qsa.models.pesq_loss; 0: off)")
     p.add_argument("--select", default="pesq", choices=("pesq", "pesq+stoi"),
                    help="which validation epoch MODEL.best.qsa keeps: the best PESQ-WB, or "
                         "the best (PESQ-WB - 1) / 3.5 + STOI")
@@ -59,7 +62,8 @@ def run(args) -> int:
         metric_start=args.metric_start, d_warmup=args.d_warmup,
         val_items=args.val_items, ckpt_every=args.ckpt_every,
         threads=args.threads, init=args.init, device=args.device,
-        stoi_weight=args.stoi_weight, sisdr_weight=args.sisdr_weight, select=args.select,
+        stoi_weight=args.stoi_weight, sisdr_weight=args.sisdr_weight,
+        pesq_weight=args.pesq_weight, select=args.select,
     )
     from pathlib import Path
 

@@ -16,6 +16,8 @@ terms on power-law compressed STFTs (|X|^0.3; sqrt-Hann, n_fft 400 / hop 100 at 
            + 0.05 * mean((D(|C|, |E|) - 1)^2)       metric (toward D = 1, i.e. PESQ 4.5)
            + stoi_weight * (1 - dSTOI(clean, enh))  intelligibility (off by default)
            + sisdr_weight * -SI-SDR(clean, enh)/10  scale-invariant SDR in dB / 10 (off)
+           + pesq_weight * (1 - (PESQ~ - 1) / 3.5)  differentiable PESQ-WB proxy (off;
+                                                    qsa.models.pesq_loss)
 
 ``stoi_loss`` is a differentiable STOI (Taal et al. 2011, as pystoi computes it): band
 limited to 10 kHz by FFT resampling, silent frames (40 dB under the loudest clean frame)
@@ -115,6 +117,7 @@ class LossConfig:
     metric_weight: float = 0.05
     stoi_weight: float = 0.0
     sisdr_weight: float = 0.0
+    pesq_weight: float = 0.0
     n_fft: int = 400
     hop: int = 100
     compress: float = 0.3
@@ -122,7 +125,7 @@ class LossConfig:
 
     def __post_init__(self):
         for name in ("magnitude_weight", "complex_weight", "time_weight", "metric_weight",
-                     "stoi_weight", "sisdr_weight"):
+                     "stoi_weight", "sisdr_weight", "pesq_weight"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}={getattr(self, name)}; loss weights must be >= 0 "
                                   "(0 turns the term off)")
@@ -279,6 +282,11 @@ class GeneratorLosses:
         if c.sisdr_weight > 0:
             parts["sisdr"] = si_sdr_loss(clean, enhanced)
             loss = loss + c.sisdr_weight * parts["sisdr"]
+        if c.pesq_weight > 0:
+            from .pesq_loss import pesq_loss
+
+            parts["pesq_proxy"] = pesq_loss(clean, enhanced)
+            loss = loss + c.pesq_weight * parts["pesq_proxy"]
         if d_enhanced is not None:
             parts["metric"] = metric_loss(d_enhanced)
             loss = loss + c.metric_weight * parts["metric"]

@@ -67,6 +67,7 @@ class TrainConfig:
     device: str = "auto"  # auto (cuda when available) | cpu | cuda
     stoi_weight: float = 0.0  # differentiable-STOI loss weight (LossConfig.stoi_weight)
     sisdr_weight: float = 0.0  # -SI-SDR/10 loss weight (LossConfig.sisdr_weight)
+    pesq_weight: float = 0.0  # differentiable PESQ-WB proxy loss weight (LossConfig)
     select: str = "pesq"  # which validation epoch MODEL.best.qsa keeps (SELECT_METRICS)
     version: int = 1
 
@@ -84,7 +85,7 @@ class TrainConfig:
         if self.d_warmup > 0 and not self.metric_gan:
             raise ConfigError(f"d_warmup={self.d_warmup} trains only the discriminator, which "
                               "metric_gan=False turns off; drop one of them")
-        for name in ("stoi_weight", "sisdr_weight"):
+        for name in ("stoi_weight", "sisdr_weight", "pesq_weight"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}={getattr(self, name)}; loss weights must be >= 0 "
                                   "(0 turns the term off)")
@@ -497,7 +498,8 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
     set_quaternion_path(gen, "dense")
     gen = gen.to(device)
     losses = GeneratorLosses(LossConfig(stoi_weight=cfg.stoi_weight,
-                                        sisdr_weight=cfg.sisdr_weight))
+                                        sisdr_weight=cfg.sisdr_weight,
+                                        pesq_weight=cfg.pesq_weight))
     trainer = Trainer(cfg, dataset, _val_pairs(val_set, cfg.val_items) if rank == 0 else [],
                       gen, disc, losses, progress=progress)
     files = []
