@@ -78,6 +78,14 @@ def test_proxy_is_differentiable_and_its_gradient_raises_pesq(pairs):
         opt.step()
     after = float(pesq_proxy(c, e.detach())[0])
     assert after > before + 0.02, (before, after)
+    # the value ignores the degraded wave's level, and so must the gradient: a gradient with
+    # a component along the wave itself would shrink (or grow) the output without end
+    y = torch.from_numpy(noisy[:n])[None].double().requires_grad_(True)
+    pesq_loss(c, y).backward()
+    along = float((y.grad * y).sum() / (y.grad.norm() * y.detach().norm()))
+    assert abs(along) < 0.01, along
+    quiet = float(pesq_proxy(c, 1e-3 * y.detach())[0])
+    assert quiet == pytest.approx(float(pesq_proxy(c, y.detach())[0]), abs=1e-3)
     real_before = pesq_score(clean[:n], noisy[:n])
     real_after = pesq_score(clean[:n], e.detach()[0].numpy().astype(np.float32))
     assert real_after > real_before + 0.02, (real_before, real_after)

@@ -10,9 +10,12 @@ structure of the standard itself, so its gradient is available from the first st
    on the Bark scale between 100 Hz and 8 kHz ("pitch power densities"), in units where a
    band's power is its share of the frame's mean square;
 3. the reference's per-band level equalised toward the degraded one (+-20 dB, P.862's
-   frequency compensation) and the degraded frames' gain equalised toward the reference
-   (0.0003..5, first-order smoothing), both from detached powers: like PESQ the proxy forgives
-   linear filtering and slow gain changes;
+   frequency compensation) and the degraded frames' gain equalised
+   toward the reference (0.0003..5, first-order smoothing): like PESQ the proxy forgives
+   linear filtering and slow gain changes. The degraded wave's level and frame gains keep
+   their gradient, so a change of level is invisible to the gradient as it is to the value
+   (with them detached, a fine-tune drove its output to -100 dB in 266 steps: quieter always
+   looked better where noise had been added);
 4. Zwicker loudness per band, L = S (P0 / 0.5)^g ((0.5 + 0.5 P / P0)^g - 1), g = 0.23, P0 the
    band's absolute hearing threshold (Terhardt's formula);
 5. the loudness difference with P.862's dead zone of 0.25 x the smaller loudness (masking),
@@ -111,16 +114,18 @@ def pesq_proxy(clean: torch.Tensor, degraded: torch.Tensor) -> torch.Tensor:
     med = ex.detach().median(dim=-1, keepdim=True).values
     active = (ex.detach() >= med).to(x.dtype)
     level_x = (ex.detach() * active).sum(-1, keepdim=True) / active.sum(-1, keepdim=True)
-    level_y = (ey.detach() * active).sum(-1, keepdim=True) / active.sum(-1, keepdim=True)
+    # the degraded level keeps its gradient: the proxy is then scale-invariant in its
+    # gradient too (a detached level would make "quieter" look better wherever noise was added)
+    level_y = (ey * active).sum(-1, keepdim=True) / active.sum(-1, keepdim=True)
     px = px / (level_x.unsqueeze(-1) + 1e-12)
     py = py / (level_x.unsqueeze(-1) + 1e-12) * (level_x / (level_y + 1e-12)).unsqueeze(-1)
     # frequency compensation of the reference (speech frames: the louder half), +-20 dB
     w = active.unsqueeze(-1)
-    ratio = ((py.detach() * w).sum(1) + 1e3 * p0) / ((px * w).sum(1) + 1e3 * p0)  # (B, K)
+    ratio = ((py * w).sum(1) + 1e3 * p0) / ((px * w).sum(1) + 1e3 * p0)  # (B, K)
     px = px * ratio.clamp(0.01, 100.0).unsqueeze(1)
     # gain compensation of the degraded frames (audible power ratio), smoothed
     audible_x = torch.where(px > 1e2 * p0, px, torch.zeros_like(px)).sum(-1)
-    audible_y = torch.where(py.detach() > 1e2 * p0, py.detach(), torch.zeros_like(py)).sum(-1)
+    audible_y = torch.where(py.detach() > 1e2 * p0, py, torch.zeros_like(py)).sum(-1)
     g = ((audible_x + 5e3 * p0.min()) / (audible_y + 5e3 * p0.min())).clamp(3e-4, 5.0)
     py = py * _smooth(g).unsqueeze(-1)
     # loudness, disturbance with the dead zone, asymmetry
