@@ -109,6 +109,22 @@ def test_pesq_weight_is_validated_and_reaches_the_loss(tmp_path):
         LossConfig(pesq_weight=-0.5)
     with pytest.raises(ConfigError, match="pesq_weight=-1"):
         TrainConfig(out=str(tmp_path), pesq_weight=-1.0)
+    with pytest.raises(ConfigError, match="segment_seconds=0.3.*at least 0.34 s.*--segment 0.5"):
+        TrainConfig(out=str(tmp_path), pesq_weight=0.5, segment_seconds=0.3)
+    TrainConfig(out=str(tmp_path), pesq_weight=0.0, segment_seconds=0.3)  # off: any crop
+    from qsa.models.pesq_loss import MIN_SAMPLES, pesq_loss, pesq_proxy
+
+    # the shortest input is taken; a silent reference gives PESQ's maximum and no gradient
+    # (the real metric refuses it and the trainer's PESQ pool masks it); a silent output of
+    # speech a finite loss and gradient
+    z = torch.zeros(1, MIN_SAMPLES)
+    assert float(pesq_proxy(z, torch.randn(1, MIN_SAMPLES))[0]) == pytest.approx(4.644, abs=0.01)
+    y = torch.zeros(1, MIN_SAMPLES, requires_grad=True)
+    loss = pesq_loss(torch.randn(1, MIN_SAMPLES) * 0.1, y)
+    loss.backward()
+    assert loss.item() > 0.9 and torch.isfinite(y.grad).all()
+    with pytest.raises(ValueError, match="needs at least"):
+        pesq_proxy(torch.zeros(1, MIN_SAMPLES - 1), torch.zeros(1, MIN_SAMPLES - 1))
     clean = torch.randn(2, 16000) * 0.1
     _, parts0 = GeneratorLosses(LossConfig()).generator_loss(clean, clean * 0.5)
     loss1, parts1 = GeneratorLosses(LossConfig(pesq_weight=0.5)).generator_loss(

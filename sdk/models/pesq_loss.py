@@ -30,8 +30,9 @@ The loudness scale ``S`` is fitted once so that the proxy's MOS matches real PES
 synthetic corpus' validation split (noisy inputs and enhanced outputs); the tests check the
 proxy ranks real PESQ-WB and that its gradient is finite. Not part of it: P.862's time
 alignment (training pairs are aligned), its IRS / silence-weighting details and its
-bad-interval re-alignment. ``pesq_loss`` = 1 - (MOS - 1) / 3.5, the normalised PESQ the
-MetricGAN critic predicts.
+bad-interval re-alignment. A silent reference scores the maximum (no gradient; the real
+metric refuses such a pair and the trainer's PESQ pool masks it). ``pesq_loss`` = 1 - (MOS -
+1) / 3.5, the normalised PESQ the MetricGAN critic predicts.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ LEVEL_DB = 79.0  # the reference's active speech level, dB SPL
 GAMMA = 0.23  # Zwicker's loudness exponent
 LOUDNESS_SCALE = 448.0  # S, fitted (module header)
 WINDOW_FRAMES = 20  # P.862's split-second interval
+MIN_SAMPLES = N_FFT + HOP * (WINDOW_FRAMES - 1)  # one window of frames: 5376 (0.34 s)
 
 
 def _bark(f: np.ndarray) -> np.ndarray:
@@ -103,9 +105,9 @@ def pesq_proxy(clean: torch.Tensor, degraded: torch.Tensor) -> torch.Tensor:
     if clean.shape != degraded.shape or clean.dim() != 2:
         raise ValueError(f"clean {tuple(clean.shape)} and degraded {tuple(degraded.shape)}: "
                          "expected two (batch, samples) waves of the same shape")
-    if clean.shape[-1] < N_FFT + HOP * (WINDOW_FRAMES - 1):
+    if clean.shape[-1] < MIN_SAMPLES:
         raise ValueError(f"{clean.shape[-1]} samples: the PESQ proxy needs at least "
-                         f"{N_FFT + HOP * (WINDOW_FRAMES - 1)} (0.33 s at 16 kHz)")
+                         f"{MIN_SAMPLES} ({MIN_SAMPLES / SR:.2f} s at 16 kHz)")
     m, p0 = _bands(clean.device, clean.dtype)
     x, y = _highpass(clean), _highpass(degraded)
     # level alignment: both to the clean wave's level over its loudest half of frames
@@ -159,4 +161,4 @@ def pesq_loss(clean: torch.Tensor, enhanced: torch.Tensor) -> torch.Tensor:
     return (1.0 - (mos - 1.0) / 3.5).mean()
 
 
-__all__ = ["pesq_proxy", "pesq_loss", "LOUDNESS_SCALE"]
+__all__ = ["pesq_proxy", "pesq_loss", "LOUDNESS_SCALE", "MIN_SAMPLES"]

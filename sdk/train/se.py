@@ -38,6 +38,8 @@ from qsa.errors import ConfigError, QsaError
 from qsa.fileio import atomic_write_text, ensure_dir
 from qsa.layers import set_quaternion_path
 
+from ..models.pesq_loss import MIN_SAMPLES as _PESQ_MIN_SAMPLES
+from ..models.pesq_loss import SR as _PESQ_SR
 from .checkpoint import checkpoint_file, load_checkpoint, save_checkpoint
 from .pesq_pool import PesqPool, normalise_pesq
 
@@ -89,9 +91,18 @@ class TrainConfig:
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}={getattr(self, name)}; loss weights must be >= 0 "
                                   "(0 turns the term off)")
+        if self.pesq_weight > 0 and self.segment_seconds < PESQ_PROXY_MIN_SECONDS:
+            raise ConfigError(
+                f"pesq_weight={self.pesq_weight} with segment_seconds={self.segment_seconds}: "
+                f"the PESQ proxy needs crops of at least {PESQ_PROXY_MIN_SECONDS:.2f} s "
+                "(20 of its 16 ms frames); use --segment 0.5 or more, or --pesq-weight 0")
         if self.select not in SELECT_METRICS:
             raise ConfigError(f"select={self.select!r}; expected one of "
                               f"{', '.join(SELECT_METRICS)}")
+
+
+# the PESQ proxy's shortest input (one 20-frame window of qsa.models.pesq_loss)
+PESQ_PROXY_MIN_SECONDS = _PESQ_MIN_SAMPLES / _PESQ_SR
 
 
 # how the best validation epoch is chosen: PESQ-WB alone, or PESQ-WB normalised to [0, 1]
