@@ -37,6 +37,8 @@ metric refuses such a pair and the trainer's PESQ pool masks it). ``pesq_loss`` 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -53,9 +55,10 @@ def _bark(f: np.ndarray) -> np.ndarray:
     return 13.0 * np.arctan(0.00076 * f) + 3.5 * np.arctan((f / 7500.0) ** 2)
 
 
-def _bands(device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+@functools.lru_cache(maxsize=1)
+def _band_tables() -> tuple[np.ndarray, np.ndarray]:
     """(N_BANDS, N_FFT/2+1) band matrix and each band's hearing threshold power (relative to
-    the frame mean square that LEVEL_DB stands for)."""
+    the frame mean square that LEVEL_DB stands for); built once."""
     f = np.arange(N_FFT // 2 + 1) * SR / N_FFT
     z = _bark(f)
     edges = np.linspace(_bark(np.array(100.0)), _bark(np.array(8000.0)), N_BANDS + 1)
@@ -63,16 +66,16 @@ def _bands(device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
     for b in range(N_BANDS):
         m[b, (z >= edges[b]) & (z < edges[b + 1])] = 1.0
     m[-1, f >= 8000.0 - 1e-6] = 1.0
-    empty = m.sum(1) == 0
-    if empty.any():  # never with 42 bands at n_fft 512; kept general
-        centres = (edges[:-1] + edges[1:]) / 2
-        for b in np.nonzero(empty)[0]:
-            m[b, int(np.argmin(np.abs(z - centres[b])))] = 1.0
+    assert (m.sum(1) > 0).all(), "every band holds an FFT bin at N_FFT 512, 42 bands"
     fc = np.clip((m @ f) / m.sum(1) / 1000.0, 0.05, 8.0)  # kHz
     thr_db = 3.64 * fc ** -0.8 - 6.5 * np.exp(-0.6 * (fc - 3.3) ** 2) + 1e-3 * fc ** 4
-    p0 = 10.0 ** ((thr_db - LEVEL_DB) / 10.0)
-    return (torch.tensor(m, device=device, dtype=dtype),
-            torch.tensor(p0, device=device, dtype=dtype))
+    return m, 10.0 ** ((thr_db - LEVEL_DB) / 10.0)
+
+
+def _bands(device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    m, p0 = _band_tables()
+    return (torch.as_tensor(m, device=device, dtype=dtype),
+            torch.as_tensor(p0, device=device, dtype=dtype))
 
 
 def _band_power(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:

@@ -428,15 +428,10 @@ def model_card(cfg: TrainConfig, steps: int, epochs: int, val: dict, world: int)
 
 def _stoi_all(refs, degs) -> np.ndarray:
     """STOI of each (reference, degraded) pair; NaN where pystoi finds too little speech."""
-    from qsa.metrics.scores import stoi_score
+    from qsa.metrics.scores import compute_metrics
 
-    out = []
-    for r, d in zip(refs, degs, strict=False):
-        try:
-            out.append(stoi_score(r, d))
-        except ValueError:
-            out.append(float("nan"))
-    return np.asarray(out, dtype=np.float64)
+    return np.asarray([compute_metrics(r, d, metrics=("stoi",))["stoi"]
+                       for r, d in zip(refs, degs, strict=True)], dtype=np.float64)
 
 
 def _val_pairs(pairs, n: int):
