@@ -59,7 +59,7 @@ def exported(tmp_path_factory, target, precision):
 
 
 FAST = [("onnx", "fp32"), ("litert", "fp32"), ("executorch", "fp32"), ("onnx", "int8")]
-SLOW = [("litert", "int8"), ("tflm", "int8"), ("tflm", "fp32")]
+SLOW = [("litert", "int8"), ("tflm", "int8"), ("tflm", "fp32"), ("executorch", "int8")]
 
 
 def _check(result, target, precision):
@@ -114,16 +114,6 @@ def test_export_and_compare(tmp_path_factory, target, precision):
 @pytest.mark.parametrize("target, precision", SLOW)
 def test_export_and_compare_slow(tmp_path_factory, target, precision):
     _check(exported(tmp_path_factory, target, precision), target, precision)
-
-
-@pytest.mark.slow
-@pytest.mark.xfail(
-    raises=ExportError,
-    strict=False,
-    reason="XNNPACK fails to compile the int8 toy graph at method init (0x1)",
-)
-def test_executorch_int8(tmp_path_factory):
-    _check(exported(tmp_path_factory, "executorch", "int8"), "executorch", "int8")
 
 
 def test_streaming_runtime_matches_offline(tmp_path_factory):
