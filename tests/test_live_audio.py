@@ -367,7 +367,8 @@ def test_microphone_path(pulse, enhancer, noisy, tmp_path):
     np.testing.assert_allclose(out[: len(ref)], ref, atol=1e-5)
     lines = before + json_lines(out_text)
     final = lines[-1]
-    print(f"\n[microphone] xruns {final['xruns']}, restarts {final['restarts']}")
+    print(f"\n[microphone] xruns {final['xruns']} at stream times (s) {final['xrun_times_s']} "
+          f"(signal from {before[-1]['t']:.2f} s), restarts {final['restarts']}")
     if not clean_run(lines, signal_t=before[-1]["t"]):
         overloaded(final, "microphone")
     lag = align(x, inp)  # the file arrived through the server, whole
