@@ -6,7 +6,7 @@ from torch import nn
 
 from qsa.errors import FormatError
 from qsa.layers import QuaternionLinear
-from qsa.train.checkpoint import load_checkpoint, save_checkpoint
+from qsa.train.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
 
 
 def make():
@@ -56,3 +56,36 @@ def test_checkpoint_mismatch_and_corruption(tmp_path):
     ck.write_bytes(bytes(data))
     with pytest.raises(FormatError, match="sha256"):
         load_checkpoint(ck, {"g": m}, {"g": opt})
+
+
+def test_average_checkpoints(tmp_path):
+    """The average holds the element-wise mean of every module's float tensors (integer
+    buffers from the last checkpoint), loads like any checkpoint, keeps the last run state
+    and names its sources; checkpoints of different models are refused, nothing written."""
+    paths, weights = [], []
+    for i in range(3):
+        m, opt, sched = make()
+        train(m, opt, sched, 2 + i)
+        bn = nn.BatchNorm1d(4)
+        bn.num_batches_tracked += 10 * i
+        paths.append(tmp_path / f"c{i}.safetensors")
+        save_checkpoint(paths[-1], {"g": m, "bn": bn}, {"g": opt}, extra={"step": i})
+        weights.append([p.detach().clone() for p in m.parameters()])
+    out = average_checkpoints(paths, tmp_path / "avg.safetensors")
+    m2, bn2 = make()[0], nn.BatchNorm1d(4)
+    extra = load_checkpoint(out, {"g": m2, "bn": bn2}, restore_rng=False)
+    assert extra["step"] == 2 and extra["averaged_from"] == [str(p) for p in paths]
+    for got, *ws in zip(m2.parameters(), *weights, strict=True):
+        torch.testing.assert_close(got, sum(ws) / 3, rtol=0, atol=1e-7)
+        assert not torch.equal(got, ws[-1])
+    assert int(bn2.num_batches_tracked) == 20
+
+    other = tmp_path / "other.safetensors"
+    save_checkpoint(other, {"g": nn.Sequential(QuaternionLinear(8, 32))})
+    with pytest.raises(FormatError, match=r"does not match .*c0\.safetensors.*one model"):
+        average_checkpoints([paths[0], other], tmp_path / "bad.safetensors")
+    with pytest.raises(FormatError, match="not a qsa train checkpoint"):
+        average_checkpoints([paths[0], tmp_path / "missing"], tmp_path / "bad.safetensors")
+    with pytest.raises(FormatError, match="no checkpoint given"):
+        average_checkpoints([], tmp_path / "bad.safetensors")
+    assert not (tmp_path / "bad.safetensors").exists()

@@ -156,3 +156,49 @@ def generator_from_checkpoint(path: str | os.PathLike) -> nn.Module:
     g = build_model(preset_config(model))
     load_checkpoint(path, {"generator": g}, restore_rng=False)
     return g.eval()
+
+
+def average_checkpoints(
+    paths: list[str | os.PathLike], out: str | os.PathLike
+) -> Path:
+    """Write ``out``: the element-wise mean of the module weights of ``paths`` (checkpoints of
+    one run's trajectory, or of runs fine-tuned from one start), Polyak / SWA-style
+    checkpoint averaging. Integer buffers are taken from the last checkpoint; optimiser
+    state is not carried (the result is for ``--init``, ``qsa eval`` and packing). ``extra``
+    (run config, state, history) is the last checkpoint's, with ``averaged_from`` added.
+    Checkpoints that hold different modules, tensors or shapes are refused."""
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise FormatError("average_checkpoints: no checkpoint given; pass two or more "
+                          "checkpoint files of one model")
+    acc: dict[str, torch.Tensor] = {}
+    ref_path, ref = None, None
+    for p in paths:
+        if checkpoint_file(p) is None:
+            raise FormatError(f"{p}: not a qsa train checkpoint (a run folder or its "
+                              "checkpoint.safetensors)")
+        p = checkpoint_file(p)
+        tensors, meta = safefile.load(p, kind=FORMAT)
+        mods = {k: v for k, v in tensors.items() if k.startswith("module.")}
+        if ref is None:
+            ref_path, ref = p, {k: (v.shape, v.dtype) for k, v in mods.items()}
+        elif {k: (v.shape, v.dtype) for k, v in mods.items()} != ref:
+            diff = sorted(set(ref) ^ set(mods)) or sorted(
+                k for k in mods if (mods[k].shape, mods[k].dtype) != ref[k])
+            raise FormatError(f"{p} does not match {ref_path}: tensor {diff[0]!r} differs "
+                              f"({len(diff)} in all); average checkpoints of one model only")
+        for k, v in mods.items():
+            if v.is_floating_point():
+                acc[k] = acc.get(k, 0) + v.double()
+            else:
+                acc[k] = v.clone()
+        last_meta = meta
+    avg = {k: (v / len(paths)).to(ref[k][1]) if ref[k][1].is_floating_point else v
+           for k, v in acc.items()}
+    rt, rm = rng_state()
+    avg.update(rt)
+    extra = dict(last_meta.get("extra") or {})
+    extra["averaged_from"] = [str(p) for p in paths]
+    meta = {"format": FORMAT, "format_version": VERSION, "extra": extra,
+            "modules": last_meta["modules"], "optimizers": [], "schedulers": {}, "rng": rm}
+    return safefile.save(out, avg, meta)
