@@ -1,7 +1,7 @@
 """Average the weights of qsa train checkpoints (one run's snapshots, or runs fine-tuned from
 one start) into one checkpoint for --init, qsa eval or packing:
 
-    .venv/bin/python scripts/average_checkpoints.py OUT.safetensors RUN1 RUN2/checkpoint.safetensors ...
+    .venv/bin/python scripts/average_checkpoints.py OUT.safetensors RUN1 RUN2/ckpt.safetensors
 """
 
 from __future__ import annotations
