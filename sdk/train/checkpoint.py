@@ -86,12 +86,17 @@ def save_checkpoint(
     schedulers: dict[str, Any] | None = None,
 ) -> Path:
     """Write a checkpoint with each module's state_dict, optimizer and RNG state."""
-    tensors: dict[str, torch.Tensor] = {}
+    tensors = {f"module.{name}.{k}": v.detach().to("cpu", copy=True)
+               for name, m in modules.items() for k, v in m.state_dict().items()}
+    return _write(path, tensors, sorted(modules), extra, optimizers, schedulers)
+
+
+def _write(path, tensors: dict[str, torch.Tensor], module_names: list[str],
+           extra: dict[str, Any] | None, optimizers=None, schedulers=None) -> Path:
+    """The checkpoint layout: module tensors (``module.NAME.KEY``) + optimiser moments +
+    RNG state in the payload, the rest in the metadata."""
     meta: dict[str, Any] = {"format": FORMAT, "format_version": VERSION,
-                            "extra": extra or {}, "modules": sorted(modules)}
-    for name, m in modules.items():
-        for k, v in m.state_dict().items():
-            tensors[f"module.{name}.{k}"] = v.detach().to("cpu", copy=True)
+                            "extra": extra or {}, "modules": module_names}
     meta["optimizers"] = sorted(optimizers or {})
     for name, opt in (optimizers or {}).items():
         _flatten_optimizer(f"optim.{name}", opt.state_dict(), tensors, meta)
@@ -173,11 +178,11 @@ def average_checkpoints(
                           "checkpoint files of one model")
     acc: dict[str, torch.Tensor] = {}
     ref_path, ref = None, None
-    for p in paths:
-        if checkpoint_file(p) is None:
-            raise FormatError(f"{p}: not a qsa train checkpoint (a run folder or its "
+    for given in paths:
+        p = checkpoint_file(given)
+        if p is None:
+            raise FormatError(f"{given}: not a qsa train checkpoint (a run folder or its "
                               "checkpoint.safetensors)")
-        p = checkpoint_file(p)
         tensors, meta = safefile.load(p, kind=FORMAT)
         mods = {k: v for k, v in tensors.items() if k.startswith("module.")}
         if ref is None:
@@ -195,10 +200,6 @@ def average_checkpoints(
         last_meta = meta
     avg = {k: (v / len(paths)).to(ref[k][1]) if ref[k][1].is_floating_point else v
            for k, v in acc.items()}
-    rt, rm = rng_state()
-    avg.update(rt)
     extra = dict(last_meta.get("extra") or {})
     extra["averaged_from"] = [str(p) for p in paths]
-    meta = {"format": FORMAT, "format_version": VERSION, "extra": extra,
-            "modules": last_meta["modules"], "optimizers": [], "schedulers": {}, "rng": rm}
-    return safefile.save(out, avg, meta)
+    return _write(out, avg, last_meta["modules"], extra)
