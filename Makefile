@@ -13,6 +13,7 @@ system-packages:
 
 $(STAMP): pyproject.toml
 	@echo "[make setup] python packages $$(date -u +%H:%M:%S)"
+	@mkdir -p $(VENV) && scripts/check_disk.sh $(VENV)
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
