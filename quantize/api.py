@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from qsa.errors import ConfigError
-from qsa.layers.quaternion import _QuaternionLayer, is_quaternion_layer
+from qsa.layers.quaternion import _QuaternionLayer, inference_cached, is_quaternion_layer
 
 from .packing import QMAX, PackedQuaternionWeight, expand_packed, pack_weight, symmetric_scale
 
@@ -31,7 +31,8 @@ class Int8Config(AOBaseConfig):
     activation: ``None`` keeps fp32 activations (weight-only int8); ``"dynamic"`` also
     quantises each input to int8 per tensor at run time (symmetric), integer products
     accumulated exactly, as an int8 x int8 kernel would.
-    path: ``"packed"`` (four-component matmul + recombination) or ``"dense"`` (expanded).
+    path: ``"packed"`` (four-component matmul + recombination) or ``"dense"`` (expanded),
+    the initial path of the layer (``qsa.layers.set_quaternion_path`` switches it later).
     """
 
     activation: Literal["dynamic"] | None = None
@@ -54,6 +55,7 @@ class Int8QuaternionLayer(nn.Module):
         geometry = layer
         del geometry.weight
         geometry.register_buffer("weight", torch.empty(0), persistent=False)
+        geometry.path = config.path  # from here on set_quaternion_path() switches it
         self.layer = geometry
         self.config = config
         self.register_buffer("qweight", packed.qweight.contiguous())  # int8 (4, ...)
@@ -86,13 +88,20 @@ class Int8QuaternionLayer(nn.Module):
         return expand_packed(self.layer, self.packed)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w = self.qweight.to(x.dtype)  # int8 values, exact in fp32
-        out_scale = self.channel_scale()
+        q = self.qweight  # int8 values, exact in fp32 (converted once while autograd is off)
+        w = inference_cached(self, "_qweight_cache", q, lambda: q.to(x.dtype), tag=x.dtype)
+        out_scale = inference_cached(self, "_scale_cache", self.scale, self.channel_scale)
         if self.config.activation == "dynamic":
             s_x = symmetric_scale(x.detach().abs().amax())
             x = torch.clamp(torch.round(x / s_x), -QMAX, QMAX)
             out_scale = out_scale * s_x
-        return self.layer.forward_with(x, w, path=self.config.path, out_scale=out_scale)
+        return self.layer.forward_with(x, w, path=self.layer.path, out_scale=out_scale)
+
+    def __getstate__(self):  # pickling / deepcopy leave the inference cache behind
+        state = super().__getstate__()
+        for slot in ("_qweight_cache", "_scale_cache"):
+            state.pop(slot, None)
+        return state
 
     def extra_repr(self) -> str:
         return f"int8 packed {tuple(self.qweight.shape)}, activation={self.config.activation}"

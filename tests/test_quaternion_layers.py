@@ -183,3 +183,81 @@ def test_bad_channels_give_clear_errors(bad):
 def test_bad_input_shape_is_named():
     with pytest.raises(ValueError, match=r"expected input \(B, 8"):
         QuaternionConv1d(8, 8, 3)(torch.randn(2, 4, 10))
+
+
+@pytest.mark.parametrize("grad_off", ["no_grad", "inference_mode"])
+def test_dense_weight_cache_follows_the_weights(grad_off):
+    """With autograd off the dense path expands the weight once; any change of the weight
+    (in-place update, load_state_dict, a new Parameter) is seen on the next call, and with
+    autograd on nothing is cached (gradients reach the components)."""
+    import copy
+    import pickle
+
+    from qsa.layers import set_quaternion_path
+
+    torch.manual_seed(0)
+    layer = QuaternionConv1d(8, 12, 3, padding=1)
+    set_quaternion_path(layer, "dense")
+    ref = copy.deepcopy(layer)
+    set_quaternion_path(ref, "packed")
+    x = torch.randn(2, 8, 5)
+    off = torch.no_grad if grad_off == "no_grad" else torch.inference_mode
+    with off():
+        y1 = layer(x)
+        assert "_dense_cache" in layer.__dict__  # the expansion was kept
+        hit = layer.__dict__["_dense_cache"][2]
+        torch.testing.assert_close(layer(x), y1, rtol=0, atol=0)
+        assert layer.__dict__["_dense_cache"][2] is hit  # ... and reused
+        torch.testing.assert_close(y1, ref(x), rtol=1e-5, atol=1e-6)
+    with torch.no_grad():  # an optimiser-like in-place update bumps the version counter
+        layer.weight.mul_(-2.0)
+        ref.weight.mul_(-2.0)
+    with off():
+        torch.testing.assert_close(layer(x), ref(x), rtol=1e-5, atol=1e-6)
+    other = QuaternionConv1d(8, 12, 3, padding=1)  # load_state_dict copies in place
+    layer.load_state_dict(other.state_dict())
+    ref.load_state_dict(other.state_dict())
+    with off():
+        torch.testing.assert_close(layer(x), ref(x), rtol=1e-5, atol=1e-6)
+    layer.weight = nn.Parameter(torch.randn_like(layer.weight))  # a new tensor object
+    ref.weight = nn.Parameter(layer.weight.detach().clone())
+    with off():
+        torch.testing.assert_close(layer(x), ref(x), rtol=1e-5, atol=1e-6)
+    # autograd on: no cache in the way of the gradient
+    layer.zero_grad()
+    layer(x).pow(2).sum().backward()
+    ref(x).pow(2).sum().backward()
+    torch.testing.assert_close(layer.weight.grad, ref.weight.grad, rtol=1e-4, atol=1e-5)
+    # copies and pickles leave the cache behind
+    assert "_dense_cache" not in copy.deepcopy(layer).__dict__
+    assert "_dense_cache" not in pickle.loads(pickle.dumps(layer)).__dict__
+
+
+def test_int8_layers_follow_the_path_and_cache_their_float_weights():
+    """set_quaternion_path switches int8 layers too; their cached float weights and scales
+    give the packed path's numbers and follow a re-quantisation of the buffers."""
+    import copy
+
+    from qsa.layers import dense_inference_copy
+    from qsa.quantize import Int8Config, quantize_
+
+    torch.manual_seed(1)
+    net = nn.Sequential(QuaternionLinear(16, 16), nn.PReLU(), QuaternionLinear(16, 8))
+    q = quantize_(copy.deepcopy(net), Int8Config(activation="dynamic"))
+    fast = dense_inference_copy(q)
+    assert fast is not q and q[0].layer.path == "packed" and fast[0].layer.path == "dense"
+    x = torch.randn(7, 16)
+    with torch.inference_mode():
+        want = q(x)
+        for _ in range(2):  # miss, then hit
+            torch.testing.assert_close(fast(x), want, rtol=1e-5, atol=1e-5)
+        assert "_qweight_cache" in fast[0].__dict__ and "_scale_cache" in fast[0].__dict__
+    with torch.no_grad():
+        q[0].qweight.neg_()
+        fast[0].qweight.neg_()
+        q[0].scale.mul_(0.5)
+        fast[0].scale.mul_(0.5)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(x), q(x), rtol=1e-5, atol=1e-5)
+    plain = nn.Sequential(nn.Linear(3, 3))
+    assert dense_inference_copy(plain) is plain  # nothing quaternion: not copied
