@@ -63,16 +63,20 @@ def speech(text: str, voice: str = "en-us") -> np.ndarray:
 class Enhancer:
     """What the live app runs and what its output must equal offline."""
 
-    def __init__(self):
+    def __init__(self, which: str | None = None):
         import os
 
         from qsa.hub import shipped_weights
 
-        # eager-torch qcgan-35k needs ~11 ms of CPU per 8 ms hop on a 2-core machine: not real
-        # time, so the loop would drop input. The real-time reference filter is the default;
-        # QSA_LIVE_TEST_MODEL=qcgan-35k runs the shipped model (on a faster machine).
-        wanted = os.environ.get("QSA_LIVE_TEST_MODEL", "reference")
-        if wanted == "qcgan-35k" and shipped_weights("qcgan-35k") is not None:
+        # The loop-back tests run the real-time reference filter by default (closed-form
+        # output, noise above 4 kHz that it removes); QSA_LIVE_TEST_MODEL=qcgan-35k runs them
+        # all on the shipped model. The microphone test runs both (below). Eager-torch
+        # qcgan-35k steps an 8 ms hop in 2.5 ms on one core of this 2-core machine since the
+        # dense-path weight cache (5.3 ms before, 11 ms under load: not real time then).
+        wanted = which or os.environ.get("QSA_LIVE_TEST_MODEL", "reference")
+        if wanted == "qcgan-35k":
+            if shipped_weights("qcgan-35k") is None:
+                pytest.skip("qcgan-35k's weights are not in this checkout")
             import qsa
             from qsa.apps.live import TorchStepProcessor
 
@@ -119,6 +123,10 @@ SETTLE_S = 6.0
 
 @pytest.fixture(scope="module")
 def noisy(tmp_path_factory, enhancer):
+    return make_noisy(tmp_path_factory, enhancer)
+
+
+def make_noisy(tmp_path_factory, enhancer):
     """silence, noise-only lead, speech + noise at 5 dB SNR, then a click in noise;
     (path, x, click index)."""
     rng = np.random.default_rng(0)
@@ -334,9 +342,16 @@ def _loop_server_checks(noisy, lines, y, rate):
 
 
 @pytest.mark.slow
-def test_microphone_path(pulse, enhancer, noisy, tmp_path):
+@pytest.mark.parametrize("which", ["default", "qcgan-35k"])
+def test_microphone_path(pulse, enhancer, noisy, tmp_path, tmp_path_factory, which):
     """No --input-file: a player puts noisy speech into the 'room' sink, the app listens to
-    its monitor as the microphone and plays to 'speaker'."""
+    its monitor as the microphone and plays to 'speaker'. Run with the module's enhancer
+    and with the shipped qcgan-35k on eager torch (the `qsa live` default)."""
+    if which != "default" and enhancer.model != which:
+        enhancer = Enhancer(which)
+        noisy = make_noisy(tmp_path_factory, enhancer)
+    elif which != "default":
+        pytest.skip(f"the module's enhancer is {which} already")
     path, x, _ = noisy
     rec = tmp_path / "mic.wav"
     app = subprocess.Popen(
@@ -367,10 +382,14 @@ def test_microphone_path(pulse, enhancer, noisy, tmp_path):
     np.testing.assert_allclose(out[: len(ref)], ref, atol=1e-5)
     lines = before + json_lines(out_text)
     final = lines[-1]
-    print(f"\n[microphone] xruns {final['xruns']} at stream times (s) {final['xrun_times_s']} "
-          f"(signal from {before[-1]['t']:.2f} s), restarts {final['restarts']}")
+    print(f"\n[microphone {enhancer.model}] xruns {final['xruns']} at stream times (s) "
+          f"{final['xrun_times_s']} "
+          f"(signal from {before[-1]['t']:.2f} s), restarts {final['restarts']}; per xrun "
+          f"callback gap {final['xrun_callback_gap_ms']} ms, PortAudio gap "
+          f"{final['xrun_portaudio_gap_ms']} ms, worker quiet {final['xrun_worker_quiet_ms']} ms, "
+          f"hop ms max {final['hop_ms_max']}")
     if not clean_run(lines, signal_t=before[-1]["t"]):
-        overloaded(final, "microphone")
+        overloaded(final, f"microphone ({enhancer.model})")
     lag = align(x, inp)  # the file arrived through the server, whole
     assert lag >= 0
     errs = segment_errors_db(x, inp, lag)

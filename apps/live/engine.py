@@ -675,11 +675,11 @@ class LiveSession:
         rest = self._n_acc - n_hops * hop
         acc[:rest] = acc[n_hops * hop : self._n_acc]
         self._n_acc = rest
-        if self.recorder is not None:
-            self.recorder.push(ins, outs)
         y = self.rs_out.resample_chunk(outs) if self.rs_out is not None else outs
         if self.out_ring.write(np.ascontiguousarray(y, np.float32)) < len(y):
             self.out_ring_full += 1  # only when the device stopped pulling samples
+        if self.recorder is not None:  # after the audio is out: a slow disk only delays this
+            self.recorder.push(ins, outs)
 
     def _demote_if_slow(self) -> None:
         n = min(self.hops_done, STAT_HOPS, 256)
