@@ -14,6 +14,7 @@ import soundfile as sf
 from qsa.audio.io import read_audio
 from qsa.data.readers import (
     CropDataset,
+    Pair,
     parse_data_spec,
     read_dns,
     read_folder,
@@ -287,6 +288,53 @@ def test_crop_dataset(corpus):
     loader = torch.utils.data.DataLoader(crops, batch_size=4)
     noisy_b, clean_b = next(iter(loader))
     assert noisy_b.shape == (4, 16000)
+
+
+def test_crop_dataset_band_limit(tmp_path):
+    """band_limit=1: every crop, noisy and clean alike, loses what a 48 kHz capture chain
+    drops (the band above ~7.8 kHz), reproducibly per (seed, epoch, item), both the same
+    linear filter; band_limit=0 leaves the crops bit-exact; a share outside 0..1 is refused."""
+    import scipy.signal as ss
+
+    rng = np.random.default_rng(0)
+    for side in ("noisy", "clean"):
+        (tmp_path / side).mkdir()
+        for k in range(6):
+            x = rng.standard_normal(32000).astype(np.float32) * 0.1
+            sf.write(tmp_path / side / f"u{k}.wav", x, 16000, subtype="FLOAT")
+
+    def pairs(noisy_side):
+        return [Pair(f"u{k}", tmp_path / noisy_side / f"u{k}.wav", tmp_path / "clean" / f"u{k}.wav")
+                for k in range(6)]
+
+    ds = pairs("noisy")
+    plain = CropDataset(ds, seconds=1.0, seed=5)
+    limited = CropDataset(ds, seconds=1.0, seed=5, band_limit=1.0)
+
+    def top_band_db(x, y):  # energy above 7.8 kHz of y relative to x, dB
+        f, px = ss.welch(x, 16000, nperseg=512)
+        _, py = ss.welch(y, 16000, nperseg=512)
+        m = f >= 7800
+        return 10 * np.log10(py[m].sum() / px[m].sum())
+
+    for i in range(len(ds)):
+        n0, c0 = (t.numpy() for t in plain[i])
+        n1, c1 = (t.numpy() for t in limited[i])
+        assert top_band_db(n0, n1) < -10 and top_band_db(c0, c1) < -10, i
+        assert abs(10 * np.log10(np.mean(n1**2) / np.mean(n0**2))) < 3  # the band below stays
+        again = CropDataset(ds, seconds=1.0, seed=5, band_limit=1.0)[i]
+        np.testing.assert_array_equal(again[0].numpy(), n1)
+    assert np.array_equal(CropDataset(ds, seconds=1.0, seed=5, band_limit=0.0)[0][0], plain[0][0])
+    # the same filter on both sides: a noisy input equal to its clean reference stays equal
+    same = pairs("clean")
+    n, c = CropDataset(same, seconds=1.0, seed=5, band_limit=1.0)[2]
+    np.testing.assert_allclose(n.numpy(), c.numpy(), atol=1e-6)
+    with pytest.raises(QsaError, match="band_limit=1.5"):
+        CropDataset(ds, band_limit=1.5)
+    from qsa.train.se import TrainConfig
+
+    with pytest.raises(QsaError, match="band_limit=-0.1"):
+        TrainConfig(band_limit=-0.1)
 
 
 def test_crop_dataset_needs_pairs(tmp_path):

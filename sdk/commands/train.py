@@ -40,6 +40,10 @@ def register(sub) -> None:
                    help="weight of the differentiable STOI loss, 1 - STOI (0: off)")
     p.add_argument("--sisdr-weight", type=float, default=0.0,
                    help="weight of the -SI-SDR / 10 dB loss (0: off)")
+    p.add_argument("--band-limit", type=float, default=0.0, metavar="P",
+                   help="share of training crops (noisy and clean alike) band-limited as a "
+                   "capture chain does: a 44.1/48 kHz resampling round trip or a 5.5-7.8 kHz "
+                   "low-pass (default 0: off)")
     p.add_argument("--pesq-weight", type=float, default=0.0,
                    help="weight of the differentiable PESQ-WB proxy loss, 1 - (PESQ - 1) / 3.5 "
                         "(qsa.models.pesq_loss; 0: off)")
@@ -63,7 +67,7 @@ def run(args) -> int:
         val_items=args.val_items, ckpt_every=args.ckpt_every,
         threads=args.threads, init=args.init, device=args.device,
         stoi_weight=args.stoi_weight, sisdr_weight=args.sisdr_weight,
-        pesq_weight=args.pesq_weight, select=args.select,
+        pesq_weight=args.pesq_weight, select=args.select, band_limit=args.band_limit,
     )
     from pathlib import Path
 

@@ -294,7 +294,9 @@ class CropDataset:
     """
 
     def __init__(self, pairs: Sequence[Pair], seconds: float = 2.0, seed: int = 0,
-                 cache: bool = True):
+                 cache: bool = True, band_limit: float = 0.0):
+        if not 0.0 <= band_limit <= 1.0:
+            raise QsaError(f"band_limit={band_limit}; expected a probability in 0..1 (0: off)")
         if not pairs:
             raise QsaError("the training set is empty; check --data")
         unpaired = [p.name for p in pairs if p.clean is None]
@@ -306,6 +308,7 @@ class CropDataset:
         self.pairs = list(pairs)
         self.length = int(round(seconds * self.pairs[0].sr))
         self.seed, self.epoch, self.cache = int(seed), 0, cache
+        self.band_limit = float(band_limit)
         self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def set_epoch(self, epoch: int) -> None:
@@ -336,4 +339,32 @@ class CropDataset:
         seg = min(L, n - start)
         out[0, :seg] = noisy[start : start + seg]
         out[1, :seg] = clean[start : start + seg]
+        if self.band_limit > 0:
+            out = self._band_limited(i, out)
         return torch.from_numpy(out[0]), torch.from_numpy(out[1])
+
+    def _band_limited(self, i: int, out: np.ndarray) -> np.ndarray:
+        """With probability ``band_limit`` (drawn from (seed, epoch, i)): noisy and clean
+        through the same band limit a capture chain puts on them. Half the time a 16 kHz ->
+        44.1 / 48 kHz -> 16 kHz soxr round trip (what ``qsa live`` does at a 48 kHz device:
+        nothing above ~7.3 kHz), half the time an 8th-order low-pass at 5.5-7.8 kHz. A model
+        trained only on full-band noise lost much of its suppression on such input
+        (qcgan-35k on 30 test items: PESQ-WB gain +0.63 as is, +0.41 after the round trip)."""
+        rng = np.random.default_rng([self.seed, self.epoch, i, 1])
+        if rng.random() >= self.band_limit:
+            return out
+        sr = self.pairs[i].sr
+        if rng.random() < 0.5:
+            import soxr
+
+            dev = int(rng.choice([44100, 48000]))
+            up = soxr.resample(out.T, sr, dev, "HQ")  # (n, 2): both signals, one stream each
+            y = soxr.resample(up, dev, sr, "HQ")[: out.shape[1]].T
+        else:
+            import scipy.signal as ss
+
+            cut = float(rng.uniform(5500.0, min(7800.0, 0.49 * sr)))
+            y = ss.sosfilt(ss.butter(8, cut, fs=sr, output="sos"), out, axis=1)
+        res = np.zeros_like(out)
+        res[:, : y.shape[1]] = y
+        return res

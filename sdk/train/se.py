@@ -70,6 +70,7 @@ class TrainConfig:
     stoi_weight: float = 0.0  # differentiable-STOI loss weight (LossConfig.stoi_weight)
     sisdr_weight: float = 0.0  # -SI-SDR/10 loss weight (LossConfig.sisdr_weight)
     pesq_weight: float = 0.0  # differentiable PESQ-WB proxy loss weight (LossConfig)
+    band_limit: float = 0.0  # share of crops band-limited like a capture chain (CropDataset)
     select: str = "pesq"  # which validation epoch MODEL.best.qsa keeps (SELECT_METRICS)
     version: int = 1
 
@@ -96,6 +97,9 @@ class TrainConfig:
                 f"pesq_weight={self.pesq_weight} with segment_seconds={self.segment_seconds}: "
                 f"the PESQ proxy needs crops of at least {PESQ_PROXY_MIN_SECONDS:.2f} s "
                 "(20 of its 16 ms frames); use --segment 0.5 or more, or --pesq-weight 0")
+        if not 0.0 <= self.band_limit <= 1.0:
+            raise ConfigError(f"band_limit={self.band_limit}; expected a share in 0..1 "
+                              "(0: off; 0.5 band-limits half of the crops)")
         if self.select not in SELECT_METRICS:
             raise ConfigError(f"select={self.select!r}; expected one of "
                               f"{', '.join(SELECT_METRICS)}")
@@ -494,7 +498,8 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
         val_set = parse_data_spec(cfg.data, split="val")
     except Exception:
         val_set = parse_data_spec(cfg.data, split="test")
-    dataset = CropDataset(train_pairs, cfg.segment_seconds, cfg.seed)
+    dataset = CropDataset(train_pairs, cfg.segment_seconds, cfg.seed,
+                          band_limit=cfg.band_limit)
     gen = build_model(preset_config(cfg.model))
     disc = MetricDiscriminator()
     if cfg.init and not resume:
