@@ -15,7 +15,12 @@ import torch
 from torch import nn
 
 from qsa.errors import ConfigError
-from qsa.layers.quaternion import _QuaternionLayer, inference_cached, is_quaternion_layer
+from qsa.layers.quaternion import (
+    _drop_caches,
+    _QuaternionLayer,
+    inference_cached,
+    is_quaternion_layer,
+)
 
 from .packing import QMAX, PackedQuaternionWeight, expand_packed, pack_weight, symmetric_scale
 
@@ -98,10 +103,7 @@ class Int8QuaternionLayer(nn.Module):
         return self.layer.forward_with(x, w, path=self.layer.path, out_scale=out_scale)
 
     def __getstate__(self):  # pickling / deepcopy leave the inference cache behind
-        state = super().__getstate__()
-        for slot in ("_qweight_cache", "_scale_cache"):
-            state.pop(slot, None)
-        return state
+        return _drop_caches(super().__getstate__())
 
     def extra_repr(self) -> str:
         return f"int8 packed {tuple(self.qweight.shape)}, activation={self.config.activation}"

@@ -75,8 +75,7 @@ class Enhancer:
         # dense-path weight cache (5.3 ms before, 11 ms under load: not real time then).
         wanted = which or os.environ.get("QSA_LIVE_TEST_MODEL", "reference")
         if wanted == "qcgan-35k":
-            if shipped_weights("qcgan-35k") is None:
-                pytest.skip("qcgan-35k's weights are not in this checkout")
+            assert shipped_weights("qcgan-35k") is not None, "qcgan-35k's weights must ship"
             import qsa
             from qsa.apps.live import TorchStepProcessor
 
@@ -342,16 +341,14 @@ def _loop_server_checks(noisy, lines, y, rate):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("which", ["default", "qcgan-35k"])
+@pytest.mark.parametrize("which", ["reference", "qcgan-35k"])
 def test_microphone_path(pulse, enhancer, noisy, tmp_path, tmp_path_factory, which):
     """No --input-file: a player puts noisy speech into the 'room' sink, the app listens to
-    its monitor as the microphone and plays to 'speaker'. Run with the module's enhancer
-    and with the shipped qcgan-35k on eager torch (the `qsa live` default)."""
-    if which != "default" and enhancer.model != which:
+    its monitor as the microphone and plays to 'speaker'. Run with the reference filter and
+    with the shipped qcgan-35k on eager torch (the `qsa live` default)."""
+    if (enhancer.model == "qcgan-35k") != (which == "qcgan-35k"):  # not the module's one
         enhancer = Enhancer(which)
         noisy = make_noisy(tmp_path_factory, enhancer)
-    elif which != "default":
-        pytest.skip(f"the module's enhancer is {which} already")
     path, x, _ = noisy
     rec = tmp_path / "mic.wav"
     app = subprocess.Popen(
