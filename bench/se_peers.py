@@ -574,7 +574,7 @@ def main(argv=None) -> dict:
         utts = corpus_mod.load_pairs(d, limit=args.limit)
         hours = sum(len(u.noisy) for u in utts) / SR / 3600
         kind, sep, rest = d.partition(":")
-        p = Path(rest if sep and kind in ("synth", "voicebank", "dns", "folder") else d)
+        p = Path(rest if sep and kind in ("synth", "real", "voicebank", "dns", "folder") else d)
         name = str(p.resolve().relative_to(ROOT) if p.resolve().is_relative_to(ROOT) else p)
         print(f"[{name}] {len(utts)} utterances, {hours:.2f} h", flush=True)
         results = {}

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Install the Debian packages qsa needs when they are missing (as root), or print the command.
 set -euo pipefail
-PACKAGES=(espeak-ng sox libportaudio2 pulseaudio libasound2-plugins alsa-utils libsndfile1)
+PACKAGES=(espeak-ng sox libportaudio2 pulseaudio libasound2-plugins alsa-utils libsndfile1
+  # real speech and recorded noise for `qsa data real` (Debian main; licences in docs/data.md)
+  asterisk-core-sounds-en-g722 asterisk-core-sounds-es-g722 asterisk-core-sounds-fr-g722
+  asterisk-core-sounds-it-g722 fillets-ng-data-cs fillets-ng-data-nl openttd-opensfx
+  sonic-pi-samples)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -94,8 +94,8 @@ def load_pairs(spec: str | Path, limit: int | None = None) -> list[Utterance]:
         row = meta.get(p.name, {})
         snr = _first(row, "snr_db", "snr")
         noise = _first(row, "noise_type", "noise")
-        if isinstance(noise, dict):
-            noise = _first(noise, "kind", "type", "name")
+        if isinstance(noise, dict):  # the real corpus groups by category (field, babble, ...)
+            noise = _first(noise, "category", "kind", "type", "name")
         items.append(
             Utterance(
                 p.name,

@@ -14,6 +14,7 @@ file paths (``clean`` is None for noisy-only sets); ``Pair.load()`` reads and re
   preferred). A ``blind_test_set`` folder, or a DIR without ``clean/``, reads noisy-only.
 - ``synth:DIR``: our synthetic corpus (``qsa data synth``): ``DIR/{split}/{clean,noisy}``,
   or ``DIR/{clean,noisy}`` (the demo set), paired by name.
+- ``real:DIR``: our real-voice corpus (``qsa data real``), the same layout.
 - ``DIR`` (or ``folder:DIR``): every wav/flac/ogg below DIR, noisy-only.
 
 ``CropDataset`` wraps a paired set as a torch Dataset of fixed-length, seeded random crops
@@ -34,7 +35,7 @@ from qsa.errors import QsaError
 
 AUDIO_EXTS = (".wav", ".flac", ".ogg")
 DEFAULT_SR = 16000
-DATA_KINDS = ("synth", "voicebank", "dns", "folder")
+DATA_KINDS = ("synth", "real", "voicebank", "dns", "folder")
 
 
 @dataclass(frozen=True)
@@ -235,16 +236,19 @@ def read_dns(root: str | os.PathLike, sr: int = DEFAULT_SR, subset: str = "no_re
 # --------------------------------------------------------------------------- synth, folder
 
 
-def read_synth(root: str | os.PathLike, split: str = "test", sr: int = DEFAULT_SR) -> PairSet:
-    """Our corpus: ``root/{split}/{clean,noisy}`` (or ``root/{clean,noisy}``, the demo set)."""
-    root = _check_dir(root, "synth")
+def read_synth(root: str | os.PathLike, split: str = "test", sr: int = DEFAULT_SR,
+               kind: str = "synth") -> PairSet:
+    """Our corpus: ``root/{split}/{clean,noisy}`` (or ``root/{clean,noisy}``, the demo set);
+    ``kind="real"`` reads a ``qsa data real`` corpus (same layout)."""
+    root = _check_dir(root, kind)
+    what = "real-voice corpus" if kind == "real" else "synthetic corpus"
     for base in (root / split, root):
         if (base / "clean").is_dir() and (base / "noisy").is_dir():
-            pairs = _pair_by_name(base / "clean", base / "noisy", sr, "synth")
-            return PairSet(pairs, "synth", base, f"qsa synthetic corpus ({base.name})")
+            pairs = _pair_by_name(base / "clean", base / "noisy", sr, kind)
+            return PairSet(pairs, kind, base, f"qsa {what} ({base.name})")
     raise QsaError(
-        f"synth: {root} does not look like a qsa corpus: expected {split}/clean/ and "
-        f"{split}/noisy/ (made by `qsa data synth {root} --hours H`) or clean/ + noisy/; "
+        f"{kind}: {root} does not look like a qsa corpus: expected {split}/clean/ and "
+        f"{split}/noisy/ (made by `qsa data {kind} {root} --hours H`) or clean/ + noisy/; "
         f"found {_listing(root)}"
     )
 
@@ -272,8 +276,8 @@ def parse_data_spec(spec: str, split: str = "test", sr: int = DEFAULT_SR) -> Pai
         kind, rest = "folder", spec
     if not rest:
         raise QsaError(f"--data {spec!r}: missing folder after '{kind}:'")
-    if kind == "synth":
-        return read_synth(rest, split, sr)
+    if kind in ("synth", "real"):
+        return read_synth(rest, split, sr, kind)
     if kind == "voicebank":
         return read_voicebank(rest, split, sr)
     if kind == "dns":

@@ -282,12 +282,29 @@ def _rms(x: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(x, dtype=np.float64))))
 
 
+def reverberate(dry: np.ndarray, rev: dict | None) -> tuple[np.ndarray, np.ndarray]:
+    """(target, wet) of dry speech in the room of a manifest ``reverb`` entry (None: dry):
+    the target keeps the direct path + ``early_ms`` (5 ms taper), the wet input the whole
+    RIR; both aligned with the dry speech's direct path."""
+    from scipy.signal import fftconvolve
+
+    if not rev:
+        return dry, dry
+    rir = room_rir(rev)
+    d = int(np.argmax(np.abs(rir)))  # direct path
+    end = min(d + int(rev["early_ms"] * SR / 1000), len(rir))
+    taper = int(0.005 * SR)
+    early = rir[:end].copy()
+    early[end - taper :] *= np.hanning(2 * taper)[taper:]  # (taper,) fade-out
+    target = fftconvolve(dry, early)[d : d + len(dry)]
+    wet = fftconvolve(dry, rir)[d : d + len(dry)]
+    return target, wet
+
+
 def render_item(params: dict, speech: np.ndarray | None = None) -> tuple[
     np.ndarray, np.ndarray, dict
 ]:
     """(clean int16, noisy int16, info) for ``params``; ``speech`` skips re-synthesis."""
-    from scipy.signal import fftconvolve
-
     from qsa.audio.io import to_int16
 
     if speech is None:
@@ -295,18 +312,7 @@ def render_item(params: dict, speech: np.ndarray | None = None) -> tuple[
                         params["pitch"])
     dry = np.concatenate([np.zeros(round(params["lead_s"] * SR)), speech.astype(np.float64),
                           np.zeros(round(params["tail_s"] * SR))])
-    rev = params.get("reverb")
-    if rev:
-        rir = room_rir(rev)
-        d = int(np.argmax(np.abs(rir)))  # direct path
-        end = min(d + int(rev["early_ms"] * SR / 1000), len(rir))
-        taper = int(0.005 * SR)
-        early = rir[:end].copy()
-        early[end - taper :] *= np.hanning(2 * taper)[taper:]  # (taper,) fade-out
-        target = fftconvolve(dry, early)[d : d + len(dry)]
-        wet = fftconvolve(dry, rir)[d : d + len(dry)]
-    else:
-        target, wet = dry, dry
+    target, wet = reverberate(dry, params.get("reverb"))
     k = 0.05 / max(_rms(target), 1e-12)
     target, wet = target * k, wet * k
     nz = params["noise"]
