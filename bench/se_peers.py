@@ -43,7 +43,8 @@ from bench.peers import corpus as corpus_mod  # noqa: E402
 SR = 16000
 DEFAULT_DATA = "data/synth/test"
 QSA_MODELS = ("qcgan-35k", "qcgan-0.89m", "qcgan-0.89m-causal")
-HEADLINE = ("pesq_wb", "pesq_nb", "stoi", "si_sdr", "csig", "cbak", "covl")
+HEADLINE = ("pesq_wb", "pesq_nb", "stoi", "si_sdr", "csig", "cbak", "covl", "dnsmos_sig",
+            "dnsmos_bak", "dnsmos_ovrl")
 
 
 # -- data -------------------------------------------------------------------------------------
@@ -110,14 +111,31 @@ def speech_probe() -> np.ndarray:
 # -- running ----------------------------------------------------------------------------------
 
 
-def run_entrant(peer, utts, workers: int) -> dict:
-    """Enhance every utterance, time it (wall and CPU), score it; rows and totals."""
+def run_entrant(peer, utts, workers: int, rate: int = SR, dnsmos: int = 64) -> dict:
+    """Enhance every utterance, time it (wall and CPU), score it; rows and totals.
+
+    ``rate`` other than 16 kHz: each noisy item is resampled to ``rate`` (soxr HQ) and given
+    to the system at that rate, as a 44.1 / 48 kHz file or device would; its output is
+    resampled back to 16 kHz and scored against the same clean reference. ``dnsmos`` > 0
+    adds the no-reference DNSMOS P.835 scores (qsa.metrics.dnsmos) of that many evenly
+    spaced outputs (the same items for every system; -1: all): DNSMOS costs ~0.5 CPU s per
+    9 s window and a short clip is repeated to 9 s and more, ~3 CPU s per item."""
+    from bench.peers.base import resample
+
     outs, seconds, cpu = [], 0.0, 0.0
     for u in utts:
-        outs.append(peer.enhance(u.noisy, SR))
+        if rate == SR:
+            outs.append(peer.enhance(u.noisy, SR))
+        else:
+            y = peer.enhance(resample(u.noisy, SR, rate), rate)
+            outs.append(resample(y, rate, SR)[: len(u.noisy)])
         seconds += peer.last_seconds
         cpu += peer.last_cpu_seconds
     scores = scoring.score_batch([u.clean for u in utts], outs, SR, workers=workers)
+    if dnsmos:
+        n = len(outs) if dnsmos < 0 else min(dnsmos, len(outs))
+        for i in sorted(set(np.linspace(0, len(outs) - 1, n).round().astype(int))):
+            scores[i].update(scoring.dnsmos_scores(outs[i], SR))
     audio_s = sum(len(u.noisy) for u in utts) / SR
     rows = [
         {"id": u.id, "snr": u.snr_db, "noise_type": u.noise_type, **s}
@@ -155,7 +173,7 @@ def nanmean(v) -> float:
 
 
 def summarise(rows: list[dict]) -> dict:
-    out = {"overall": {m: nanmean(r[m] for r in rows) for m in HEADLINE}, "n": len(rows)}
+    out = {"overall": {m: nanmean(r.get(m) for r in rows) for m in HEADLINE}, "n": len(rows)}
     for key, fn in (
         ("by_snr", lambda r: corpus_mod.snr_bucket(r["snr"])),
         ("by_noise", lambda r: r["noise_type"] or "unknown"),
@@ -164,7 +182,7 @@ def summarise(rows: list[dict]) -> dict:
         for r in rows:
             groups[fn(r)].append(r)
         out[key] = {
-            g: {"n": len(rs), **{m: nanmean(r[m] for r in rs) for m in HEADLINE}}
+            g: {"n": len(rs), **{m: nanmean(r.get(m) for r in rs) for m in HEADLINE}}
             for g, rs in groups.items()
         }
     return out
@@ -250,23 +268,25 @@ def cpu_name() -> str:
 
 def main_table(results: dict) -> list[str]:
     lines = [
-        "| system | n | PESQ-WB | PESQ-NB | STOI | SI-SDR dB | CSIG | CBAK | COVL | params "
-        "| MAC/s | latency | RTF wall / CPU | artifact bytes |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| system | n | PESQ-WB | PESQ-NB | STOI | SI-SDR dB | CSIG | CBAK | COVL | DNSMOS "
+        "SIG / BAK / OVRL | params | MAC/s | latency | RTF wall / CPU | artifact bytes |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in results.items():
         o, d = r["summary"]["overall"], r["peer"]
         lines.append(
             f"| {name} | {r['n']} | {fmt_num(o['pesq_wb'])} | {fmt_num(o['pesq_nb'])} | "
             f"{fmt_num(o['stoi'], 3)} | {fmt_num(o['si_sdr'], 1)} | {fmt_num(o['csig'])} | "
-            f"{fmt_num(o['cbak'])} | {fmt_num(o['covl'])} | {fmt_si(d['params'])} | "
+            f"{fmt_num(o['cbak'])} | {fmt_num(o['covl'])} | {fmt_num(o.get('dnsmos_sig'))} / "
+            f"{fmt_num(o.get('dnsmos_bak'))} / {fmt_num(o.get('dnsmos_ovrl'))} | "
+            f"{fmt_si(d['params'])} | "
             f"{fmt_si(d['macs_per_second'])} | {fmt_latency(d['algorithmic_latency_ms'])} | "
             f"{r['rtf']:.3f} / {r['rtf_cpu']:.3f} | {fmt_si(d['artifact_bytes'], 'B')} |"
         )
     return lines
 
 
-def group_table(results: dict, key: str, metric: str, order=None) -> list[str]:
+def group_table(results: dict, key: str, metric: str, order=None, digits: int = 2) -> list[str]:
     groups = sorted({g for r in results.values() for g in r["summary"][key]})
     if order:
         groups = [g for g in order if g in groups] + [g for g in groups if g not in order]
@@ -274,7 +294,9 @@ def group_table(results: dict, key: str, metric: str, order=None) -> list[str]:
     head = " | ".join(f"{g} (n={first.get(g, {}).get('n', 0)})" for g in groups)
     lines = [f"| system | {head} |", "|---|" + "---:|" * len(groups)]
     for name, r in results.items():
-        cells = " | ".join(fmt_num(r["summary"][key].get(g, {}).get(metric)) for g in groups)
+        cells = " | ".join(
+            fmt_num(r["summary"][key].get(g, {}).get(metric), digits) for g in groups
+        )
         lines.append(f"| {name} | {cells} |")
     return lines
 
@@ -311,6 +333,72 @@ def verdict_lines(results: dict) -> list[str]:
         p_rnn = results["RNNoise"]["peer"]["params"]
         lines.append(f"- parameters: {fmt_si(p_ours)} vs RNNoise {fmt_si(p_rnn)}")
     return lines
+
+
+def _first_row(results: dict, *prefixes: str) -> str | None:
+    for p in prefixes:
+        for name in results:
+            if name.startswith(p) and "@" not in name:
+                return name
+    return None
+
+
+def real_voice_lines(results: dict) -> list[str]:
+    """The bar of issue 28 (real voices), checked on these numbers; each line says met or
+    not met with the numbers behind it."""
+    def o(name, m):
+        return results[name]["summary"]["overall"].get(m, math.nan)
+
+    def mark(ok):
+        return "met" if ok else "NOT met"
+
+    lines = []
+    noisy = _first_row(results, "noisy")
+    rnn = _first_row(results, "RNNoise")
+    dfn = _first_row(results, "DeepFilterNet3")
+    for rt in ("tflm", "litert", "torch"):
+        ours = _first_row(results, f"qcgan-35k int8 ({rt})")
+        if ours is None or rnn is None or noisy is None:
+            continue
+        dp = o(ours, "pesq_wb") - o(rnn, "pesq_wb")
+        st, st_n, st_r = o(ours, "stoi"), o(noisy, "stoi"), o(rnn, "stoi")
+        lines.append(
+            f"- {ours}: PESQ-WB {o(ours, 'pesq_wb'):.3f} = RNNoise {dp:+.3f} (bar +0.15: "
+            f"{mark(dp >= 0.15)}); STOI {st:.3f} vs noisy {st_n:.3f} and RNNoise {st_r:.3f} "
+            f"({mark(st > st_n and st >= st_r)})"
+        )
+        cats = results[ours]["summary"]["by_noise"]
+        ncats = results[noisy]["summary"]["by_noise"]
+        below = [
+            f"{c} {cats[c]['stoi']:.3f} < {ncats[c]['stoi']:.3f}"
+            for c in cats
+            if c in ncats and cats[c]["stoi"] < ncats[c]["stoi"]
+        ]
+        lines.append(
+            f"  - STOI below the noisy input's in a noise category: "
+            f"{'; '.join(below) if below else 'none'} ({mark(not below)})"
+        )
+    big = _first_row(results, "qcgan-0.89m fp32 (torch)", "qcgan-0.89m int8 (torch)")
+    if big and dfn:
+        dp, ds = o(big, "pesq_wb") - o(dfn, "pesq_wb"), o(big, "stoi") - o(dfn, "stoi")
+        lines.append(
+            f"- {big} minus DeepFilterNet3: PESQ-WB {dp:+.3f}, STOI {ds:+.4f} "
+            f"({mark(dp >= 0 and ds >= 0)})"
+        )
+    causal = _first_row(results, "qcgan-0.89m-causal fp32", "qcgan-0.89m-causal int8")
+    small = _first_row(results, "qcgan-35k fp32", "qcgan-35k int8")
+    if causal and small:
+        dp = o(causal, "pesq_wb") - o(small, "pesq_wb")
+        lines.append(f"- {causal} minus {small}: PESQ-WB {dp:+.3f} ({mark(dp > 0)})")
+    for name in results:
+        base, at, rate = name.partition(" @")
+        if at and base in results:
+            dp = o(name, "pesq_wb") - o(base, "pesq_wb")
+            lines.append(
+                f"- {base} through {rate}: PESQ-WB {o(name, 'pesq_wb'):.3f}, {dp:+.3f} against "
+                f"16 kHz (bar: within 0.05: {mark(abs(dp) <= 0.05)})"
+            )
+    return lines or ["- no qsa model and peer pair to check"]
 
 
 def plot(results: dict, path: Path, title: str) -> None:
@@ -378,7 +466,11 @@ def render(report: dict) -> str:
         "(resampling included; DeepFilterNet3's per-utterance model load excluded). Latency: "
         "frame + output delay; offline = needs the whole utterance. n: utterances scored (a "
         "system too slow for the whole set within --budget-s gets an evenly spaced subset; its "
-        "means are then over that subset only).",
+        "means are then over that subset only). DNSMOS P.835 (no reference; qsa.metrics.dnsmos, "
+        "the DNS Challenge's ONNX models from the speechmos wheel) is the mean over the evenly "
+        "spaced items --dnsmos-items names, the same ones for every system. A row named "
+        "'@48k' gave the system each item resampled to 48 kHz (soxr HQ), as a 48 kHz file or "
+        "device would, and scored its output resampled back to 16 kHz.",
         "",
     ]
     for note in report["notes"]:
@@ -393,9 +485,16 @@ def render(report: dict) -> str:
         L += group_table(res, "by_snr", "pesq_wb", SNR_ORDER)
         L += ["", "PESQ-WB by noise type:", ""]
         L += group_table(res, "by_noise", "pesq_wb")
+        L += ["", "STOI by noise type:", ""]
+        L += group_table(res, "by_noise", "stoi", digits=3)
+        if any(math.isfinite(r["summary"]["overall"].get("dnsmos_ovrl", math.nan))
+               for r in res.values()):
+            L += ["", "DNSMOS OVRL by noise type:", ""]
+            L += group_table(res, "by_noise", "dnsmos_ovrl")
         L += ["", "SI-SDR (dB) by SNR bucket:", ""]
         L += group_table(res, "by_snr", "si_sdr", SNR_ORDER)
         L += ["", "Against the bar of issue 7:", ""] + verdict_lines(res)
+        L += ["", "Against the bar of issue 28 (real voices):", ""] + real_voice_lines(res)
         L += ["", f"![PESQ-WB vs parameters]({ds['plot']})", ""]
     t = report.get("throughput")
     if t:
@@ -500,6 +599,27 @@ def parse_args(argv=None):
         help="also time PESQ/STOI on --throughput-n pairs, serial vs parallel",
     )
     ap.add_argument("--throughput-n", type=int, default=1000)
+    ap.add_argument(
+        "--rate",
+        type=int,
+        action="append",
+        default=None,
+        help="also run systems at this input rate (repeatable, e.g. --rate 48000): each item "
+        "resampled to it, given to the system at that rate, scored at 16 kHz",
+    )
+    ap.add_argument(
+        "--rate-systems",
+        default="qsa",
+        choices=("qsa", "all"),
+        help="which systems --rate runs: the qsa models (default) or every system",
+    )
+    ap.add_argument(
+        "--dnsmos-items",
+        type=int,
+        default=64,
+        help="DNSMOS P.835 (qsa.metrics.dnsmos) on this many evenly spaced items per system "
+        "(the same items for each; -1: all, 0: none); ~3 CPU s per item",
+    )
     ap.add_argument("--from-json", help="re-render --md (and plots) from a results.json")
     ap.add_argument(
         "--budget-s",
@@ -579,18 +699,25 @@ def main(argv=None) -> dict:
         print(f"[{name}] {len(utts)} utterances, {hours:.2f} h", flush=True)
         results = {}
         for peer in systems:
-            t0 = time.perf_counter()
-            r = run_entrant(peer, subset_for(peer, utts, probe, args.budget_s), args.workers)
-            r["summary"] = summarise(r["rows"])
-            r["peer"] = peer.describe()
-            results[peer.name] = r
-            o = r["summary"]["overall"]
-            print(
-                f"  {peer.name:32s} PESQ-WB {o['pesq_wb']:.3f}  STOI {o['stoi']:.3f}  "
-                f"SI-SDR {o['si_sdr']:6.2f}  RTF {r['rtf']:.3f}  "
-                f"({time.perf_counter() - t0:.0f} s)",
-                flush=True,
-            )
+            rates = [SR]
+            if args.rate_systems == "all" or peer in entrants:
+                rates += [r for r in (args.rate or []) if r != SR]
+            subset = subset_for(peer, utts, probe, args.budget_s)
+            for rate in rates:
+                t0 = time.perf_counter()
+                r = run_entrant(peer, subset, args.workers, rate, dnsmos=args.dnsmos_items)
+                r["summary"] = summarise(r["rows"])
+                r["peer"] = peer.describe()
+                r["rate"] = rate
+                name = peer.name if rate == SR else f"{peer.name} @{rate // 1000}k"
+                results[name] = r
+                o = r["summary"]["overall"]
+                print(
+                    f"  {name:36s} PESQ-WB {o['pesq_wb']:.3f}  STOI {o['stoi']:.3f}  "
+                    f"SI-SDR {o['si_sdr']:6.2f}  OVRL {o['dnsmos_ovrl']:.2f}  "
+                    f"RTF {r['rtf']:.3f}  ({time.perf_counter() - t0:.0f} s)",
+                    flush=True,
+                )
         tag = "_".join(Path(name).parts[-2:])
         tag = "".join(c if c.isalnum() else "_" for c in tag).strip("_")
         png = md.parent / f"{md.stem}_pesq_vs_params_{tag}.png"

@@ -38,3 +38,12 @@ def score_batch(
         progress=False,
     )
     return [{k: it.get(k) for k in (*which, "errors")} for it in res.items]
+
+
+def dnsmos_scores(y: np.ndarray, sr: int = SR) -> dict:
+    """DNSMOS P.835 of one output (no reference): dnsmos_sig / _bak / _ovrl (NaN for a
+    recording it cannot score, e.g. all silence)."""
+    from qsa.metrics.dnsmos import dnsmos_item
+
+    r = dnsmos_item("y", y, sr)
+    return {k: r[k] for k in ("dnsmos_sig", "dnsmos_bak", "dnsmos_ovrl")}
