@@ -264,11 +264,57 @@ def litert_full_int8_quantizer(observer: str = "minmax"):
     return FullInt8PT2EQuantizer().set_global(_with_activation_observer(cfg, observer))
 
 
+# layout ops XNNPACK lowers to a static reshape / transpose / slice / copy: their int8 input
+# and output must carry one (scale, zero point) (xnn_define_static_reshape rejects anything
+# else with xnn_status_invalid_parameter at load)
+XNNPACK_LAYOUT_OPS = SHARED_OPS - {
+    _aten.hardtanh.default,
+    _aten.relu.default,
+    _aten.max_pool1d.default,
+}
+
+
+def share_layout_qparams(gm: GraphModule) -> GraphModule:
+    """Give every layout op the stock XNNPACK quantizer leaves unannotated its input's
+    quantisation parameters (input and output share one observer).
+
+    Unannotated, ``add -> unsqueeze -> cat`` quantises as ``q(add's scale) -> dq -> unsqueeze
+    -> q(cat's scale)``; XNNPACK's partitioner folds that into one int8 reshape whose input
+    and output scales differ, which XNNPACK refuses when the delegate is built ("Failed to
+    create squeeze node ... xnn_status_invalid_parameter", the ``.pte`` does not load). The
+    two scales come from two observers that saw nearly the same values, so whether they are
+    bit-identical (and the file loads) depended on the float rounding of the exporting CPU
+    (AVX-512 hosts differed in the last bit). Shared, they are one observer on every host.
+    """
+    from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, SharedQuantizationSpec
+
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target not in XNNPACK_LAYOUT_OPS or _annotated(n):
+            continue
+        if not _is_float_tensor(n) or not n.args or not _is_float_tensor(n.args[0]):
+            continue
+        src = n.args[0]
+        if not _has_output_qspec(src):  # a float producer (graph input, float op): stays float
+            continue
+        shared = SharedQuantizationSpec(src)
+        n.meta["quantization_annotation"] = QuantizationAnnotation(
+            input_qspec_map={src: shared}, output_qspec=shared, _annotated=True
+        )
+    return gm
+
+
 def xnnpack_quantizer():
-    """ExecuTorch's XNNPACK quantizer, per-channel symmetric weights, static activations."""
+    """ExecuTorch's XNNPACK quantizer, per-channel symmetric weights, static activations, with
+    ``share_layout_qparams`` run after its own annotation (the ``.pte`` loads on every CPU)."""
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
         get_symmetric_quantization_config,
     )
 
-    return XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    class SharedLayoutXNNPACKQuantizer(XNNPACKQuantizer):
+        def annotate(self, model):
+            return share_layout_qparams(super().annotate(model))
+
+    return SharedLayoutXNNPACKQuantizer().set_global(
+        get_symmetric_quantization_config(is_per_channel=True)
+    )

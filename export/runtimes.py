@@ -226,9 +226,10 @@ class ExecuTorchRuntime(Runtime):
             self.method = self.program.load_method("forward")
         except Exception as e:  # RuntimeError from the loader; KeyError for a missing method
             raise ExportError(
-                f"the ExecuTorch runtime cannot load {path}: {e} (an XNNPACK delegate that "
-                "fails to compile at init; the executorch int8 export of this graph is a known "
-                "open issue, see the export report)"
+                f"the ExecuTorch runtime cannot load {path}: {e} (its XNNPACK delegate did not "
+                "build: the runtime's log names the node XNNPACK refused, e.g. an int8 reshape "
+                "whose input and output scales differ; re-export it with this qsa, whose int8 "
+                "graphs keep one scale through layout ops, or use --precision fp32)"
             ) from None
         super().__init__(hop, state_shapes)
 

@@ -877,6 +877,7 @@ def _check_xnnpack(blob: bytes, keys: set, what: str) -> int:
             ) or q.get("scale_buffer_idx", 0) >= max(n_consts, 1):
                 raise _Bad(f"{what}: tensor {t.get('id_out')} quantization {q}")
     dims_of = {t.get("id_out", 0): tuple(t.get("dims") or ()) for t, _ in tensors}
+    quant_of = {t.get("id_out", 0): q for t, q in tensors if q}
     for name in ("input_ids", "output_ids"):
         if any(i not in ids for i in graph.get(name) or []):
             raise _Bad(f"{what}: {name} {graph.get(name)} are not value ids")
@@ -903,6 +904,9 @@ def _check_xnnpack(blob: bytes, keys: set, what: str) -> int:
                 ready.add(v)
         try:
             _check_xnode(body, dims_of)
+            if body["__type__"] == "XNNStaticReshape":
+                _check_reshape_quant(quant_of.get(body.get("input_id")),
+                                     quant_of.get(body.get("output_id")))
         except _Bad as e:
             raise _Bad(f"{what}: XNode[{k}] {body['__type__']}: {e}") from None
     for k, cd in enumerate(graph.get("constant_data") or []):
@@ -920,6 +924,20 @@ def _check_xnnpack(blob: bytes, keys: set, what: str) -> int:
 _NO_ID = 0xFFFFFFFF
 _XNN_ELEMENTWISE = {"XNNAdd", "XNNDiv", "XNNMinimum", "XNNMaximum", "XNNMultiply",
                     "XNNSubtract"}
+
+
+def _check_reshape_quant(qi: dict | None, qo: dict | None) -> None:
+    """XNNPACK builds an int8 reshape only when its input and output carry one (scale, zero
+    point) (xnn_define_static_reshape: xnn_status_invalid_parameter, the delegate fails at
+    load on every CPU). Such a graph once depended on two observers agreeing to the last bit,
+    which they did on some exporting CPUs and not on others."""
+    if not qi or not qo:
+        return
+    a = (qi.get("scale"), qi.get("zero_point"))
+    b = (qo.get("scale"), qo.get("zero_point"))
+    if a != b:
+        raise _Bad(f"int8 input (scale, zero point) {a} and output {b} differ, which XNNPACK "
+                   "refuses when the delegate is built")
 
 
 def _check_xnode(n: dict, dims_of: dict) -> None:

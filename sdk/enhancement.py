@@ -21,6 +21,11 @@ from .fileio import atomic_path
 
 MODEL_SR = 16000
 AUDIO_EXTS = (".wav", ".flac", ".ogg")
+# read in folder mode too (libsndfile decodes them); their outputs are written as WAV
+READ_ONLY_EXTS = (".mp3",)
+# the highest rate each output format holds: libvorbis crashes (SIGSEGV) above ~200 kHz,
+# libFLAC refuses more than 655350 Hz
+MAX_WRITE_RATE = {".ogg": 192_000, ".flac": 655_350}
 # float audio is full scale at 1.0; a peak this far above it (+60 dB) is not a level but a
 # unit mistake (PCM integers stored as floats, a wrong gain), and enhancing it gives noise
 MAX_FLOAT_PEAK = 1000.0
@@ -35,6 +40,33 @@ def check_rate(sr) -> int:
             "(e.g. 16000 or 48000)"
         )
     return int(sr)
+
+
+def check_output_rate(dst: Path, sr: int) -> None:
+    """An :class:`AudioError` before any work when ``dst``'s format cannot hold ``sr``."""
+    limit = MAX_WRITE_RATE.get(dst.suffix.lower())
+    if limit is not None and sr > limit:
+        fmt = "OGG Vorbis" if dst.suffix.lower() == ".ogg" else "FLAC"
+        raise AudioError(
+            f"output {dst}: {fmt} holds at most {limit} Hz, the input is {sr} Hz; write a .wav "
+            "(any rate) or resample the input first"
+        )
+
+
+def check_enhancer(model: nn.Module) -> nn.Module:
+    """``model`` if it maps a waveform to a waveform; a :class:`ConfigError` naming its kind
+    otherwise (a qsa model whose config declares no ``sample_rate``: a sequence model)."""
+    from .config import ModelConfig
+    from .errors import ConfigError
+
+    cfg = getattr(model, "config", None)
+    if isinstance(cfg, ModelConfig) and not hasattr(cfg, "sample_rate"):
+        raise ConfigError(
+            f"the model is a {type(cfg).kind!r} model, not a speech-enhancement model (it "
+            "takes no audio); use a qcgan model: qcgan-35k, qcgan-0.89m or a packed qcgan "
+            "file (see `qsa info`)"
+        )
+    return model
 
 
 def as_float_audio(audio, what: str = "audio") -> np.ndarray:
@@ -136,6 +168,7 @@ def enhance(audio, sr: int, model: nn.Module | str = "qcgan-35k") -> np.ndarray:
     sr = check_rate(sr)
     x = as_float_audio(audio)
     model = load(model, allow_untrained=False) if isinstance(model, str | os.PathLike) else model
+    check_enhancer(model)
     if x.ndim == 2:
         x = x.mean(axis=1)
     msr = _model_rate(model)
@@ -148,12 +181,14 @@ def enhance(audio, sr: int, model: nn.Module | str = "qcgan-35k") -> np.ndarray:
 
 def enhance_file(
     model: nn.Module, src: Path, dst: Path, force: bool = False, block_s: float = 10.0,
-    notice=print,
+    notice=print, progress=None,
 ) -> dict:
-    """Enhance one file into ``dst`` (mono, original rate, same format family)."""
+    """Enhance one file into ``dst`` (mono, original rate, same format family).
+    ``progress(done, total, sr)`` is called as output samples are written."""
     import soundfile as sf
     import soxr
 
+    check_enhancer(model)
     if src.resolve() == dst.resolve():
         raise QsaError(f"output {dst} is the input file; choose another output path")
     if dst.exists() and not force:
@@ -176,6 +211,17 @@ def enhance_file(
         sr, ch, n = f.samplerate, f.channels, f.frames
         if n == 0:
             raise AudioError(f"{src}: the file holds no samples")
+        try:
+            check_rate(sr)
+        except AudioError as e:
+            raise AudioError(
+                f"{src}: {e}; the file's header gives {sr} Hz, which no recording uses: "
+                "fix the header or resample the file (e.g. sox IN -r 16000 OUT)"
+            ) from None
+        check_output_rate(dst, sr)
+        short = _short_data(f)
+        if short:
+            notice(f"{src}: {short}")
         msr = _model_rate(model)
         if ch > 1:
             notice(f"{src}: {ch} channels mixed to mono")
@@ -208,6 +254,8 @@ def enhance_file(
                     z = z[: max(0, n - written)]
                     out.write(np.clip(z, -1.0, 1.0))
                     written += len(z)
+                    if progress is not None:
+                        progress(written, n, sr)
                 if rs_out is not None:
                     z = rs_out.resample_chunk(np.zeros(0, np.float32), last=True)[: n - written]
                     out.write(np.clip(z, -1.0, 1.0))
@@ -215,19 +263,60 @@ def enhance_file(
                 if written < n:  # resampler group delay: pad the tail to the input length
                     out.write(np.zeros(n - written, np.float32))
                     written = n
+                if progress is not None:
+                    progress(written, n, sr)
     return {"input": str(src), "output": str(dst), "samplerate": sr, "channels_in": ch,
             "seconds": n / sr}
 
 
+def _short_data(f) -> str | None:
+    """What libsndfile noticed about a WAV whose data chunk is shorter than its header says
+    (a truncated copy or download), or None."""
+    import re
+
+    try:
+        info = f.extra_info
+    except Exception:  # noqa: BLE001 - informational only
+        return None
+    m = re.search(r"^data\s*:\s*(\d+)\s*\(should be (\d+)\)", info, re.M)
+    if not m or int(m.group(2)) >= int(m.group(1)):
+        return None
+    width = {"PCM_S8": 1, "PCM_U8": 1, "PCM_16": 2, "PCM_24": 3, "PCM_32": 4, "FLOAT": 4,
+             "DOUBLE": 8, "ULAW": 1, "ALAW": 1}.get(f.subtype, 2)
+    said, has = int(m.group(1)) // (width * max(1, f.channels)), f.frames
+    return (f"the header says {said} samples but the file holds {has} (truncated?): "
+            f"enhancing the {has} samples present ({has / f.samplerate:.2f} s)")
+
+
+def folder_inputs(src: Path, notice=print) -> list[Path]:
+    """The audio files under ``src`` (sorted); a notice for the other files skipped."""
+    files, skipped = [], []
+    for p in sorted(src.rglob("*")):
+        if not p.is_file() or p.name.startswith("."):
+            continue
+        (files if p.suffix.lower() in AUDIO_EXTS + READ_ONLY_EXTS else skipped).append(p)
+    if skipped:
+        exts = sorted({p.suffix.lower() or "(no extension)" for p in skipped})
+        notice(f"{src}: skipped {len(skipped)} file(s) that are not audio it reads "
+               f"({', '.join(exts)}); reads {', '.join(AUDIO_EXTS + READ_ONLY_EXTS)}")
+    return files
+
+
+def folder_output(src: Path, dst: Path, p: Path) -> Path:
+    out = dst / p.relative_to(src)
+    return out.with_suffix(".wav") if p.suffix.lower() in READ_ONLY_EXTS else out
+
+
 def enhance_path(model: nn.Module, src: Path, dst: Path, force: bool = False, notice=print):
-    """A file or a folder of audio files (mirrored into ``dst``)."""
+    """A file or a folder of audio files (mirrored into ``dst``; .mp3 inputs give .wav)."""
+    check_enhancer(model)
     if src.is_dir():
-        files = sorted(p for p in src.rglob("*") if p.suffix.lower() in AUDIO_EXTS)
+        files = folder_inputs(src, notice)
         if not files:
             raise AudioError(f"{src}: folder holds no {'/'.join(AUDIO_EXTS)} files")
         if dst.exists() and not dst.is_dir():
             raise QsaError(f"{dst} exists and is not a folder; the input is a folder")
-        return [enhance_file(model, p, dst / p.relative_to(src), force, notice=notice)
+        return [enhance_file(model, p, folder_output(src, dst, p), force, notice=notice)
                 for p in files]
     if not src.exists():
         raise AudioError(f"{src}: no such file or folder")

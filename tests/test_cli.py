@@ -49,12 +49,12 @@ def test_info_json():
 
 def test_pack_inspect_and_refuse_overwrite(tmp_path):
     out = tmp_path / "m.qsa"
-    qsa("pack", "qtransformer-small", str(out))
+    qsa("pack", "qtransformer-small", str(out), "--untrained")
     meta = json.loads(qsa("inspect", str(out), "--json").stdout)
     assert meta["precision"] == "int8" and meta["int8_weights"] > 0
-    r = qsa("pack", "qtransformer-small", str(out), check=False)
+    r = qsa("pack", "qtransformer-small", str(out), "--untrained", check=False)
     assert r.returncode == 2 and "--force" in r.stderr
-    qsa("pack", "qtransformer-small", str(out), "--force", "--precision", "fp32")
+    qsa("pack", "qtransformer-small", str(out), "--untrained", "--force", "--precision", "fp32")
 
 
 @pytest.mark.parametrize("content", [b"", b"garbage" * 10])

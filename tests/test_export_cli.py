@@ -49,9 +49,8 @@ def test_export_qcgan_35k_onnx_fp32(tmp_path):
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["verified"] and report["parity"]["step_rms_error_max"] <= 1e-4
     assert (tmp_path / "model.onnx").stat().st_size == report["bytes"]
-    bound = report["packed_bound_bytes"]  # the packed-size figure, printed for every format
-    assert f"packed bound (1.25 B/param + 24 KB): {bound:,} bytes, over by " \
-        f"{report['bytes'] - bound:,}" in r.stdout
+    # the packed (int8) bound is no target for an fp32 file: not printed, so no "over by"
+    assert "packed bound" not in r.stdout and "over by" not in r.stdout
     r2 = qsa("export", "qcgan-35k", "--target", "onnx", "-o", str(tmp_path))
     assert r2.returncode == 2 and "--force" in r2.stderr
     # digital silence after speech: every bin's magnitude floor (sqrt(|X|^2 + eps)) must

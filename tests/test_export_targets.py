@@ -256,3 +256,52 @@ def test_onnx_int8_fused_kernels_equal_the_qdq_graph(tmp_path_factory):
         scale = float(np.abs(ref).max()) or 1.0
         # a saturating kernel was 20-400 % of the output scale off
         assert float(np.abs(fused - ref).max()) <= 1e-2 * scale
+
+
+def test_xnnpack_int8_layout_ops_keep_their_input_scale():
+    """Every layout op of the int8 ExecuTorch graph (view/unsqueeze/transpose/...) is
+    observed by its producer's observer, so its int8 input and output carry one scale.
+
+    XNNPACK refuses a quantised reshape whose input and output scales differ ("Failed to
+    create squeeze node ... xnn_status_invalid_parameter": the .pte does not load). With the
+    stock quantizer the toy's ``add -> unsqueeze -> cat`` had two observers that saw nearly
+    the same values: equal to the last bit on some CPUs, not on AVX-512 EPYC, so the same
+    export loaded on one host and not on another. Checked structurally (observer identity),
+    which does not depend on the CPU's float rounding."""
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    from qsa.export.quantizers import XNNPACK_LAYOUT_OPS, xnnpack_quantizer
+
+    step = toy_step()
+    example = (torch.zeros(1, step.hop), *step.init_state(1))
+    pm = prepare_pt2e(torch.export.export(step, example).module(), xnnpack_quantizer())
+
+    def observer(n):
+        return pm.get_submodule(n.target) if n.op == "call_module" else None
+
+    checked = []
+    for n in pm.graph.nodes:
+        if n.op != "call_function" or n.target not in XNNPACK_LAYOUT_OPS:
+            continue
+        obs_in = observer(n.args[0])
+        outs = [o for o in map(observer, n.users) if o is not None]
+        if obs_in is None or not outs:
+            continue
+        assert all(o is obs_in for o in outs), f"{n.name} ({n.target}) requantises"
+        checked.append(n.target)
+    assert torch.ops.aten.unsqueeze.default in checked, checked
+
+
+def test_validator_refuses_an_int8_reshape_that_requantises():
+    """The artifact check names the form XNNPACK refuses (before any runtime sees it, on
+    every CPU): the toy's pre-fix .pte gave (0.00811285711824894, 21) -> (0.008112858049571514,
+    21) at its unsqueeze."""
+    from qsa.export.validate import _Bad, _check_reshape_quant
+
+    same = {"__type__": "PerTensorQuant", "scale": 0.0081128571, "zero_point": 21}
+    _check_reshape_quant(same, dict(same))
+    _check_reshape_quant(None, same)  # a float reshape
+    with pytest.raises(_Bad, match="XNNPACK refuses"):
+        _check_reshape_quant(same, {**same, "scale": 0.0081128580})
+    with pytest.raises(_Bad, match="XNNPACK refuses"):
+        _check_reshape_quant(same, {**same, "zero_point": 20})

@@ -213,6 +213,57 @@ def overloaded(stats: dict, what: str):
     )
 
 
+# Share of a run's wall time in which runnable tasks waited for a CPU (Linux PSI, "some")
+# above which the host counts as busy: the app, its worker and the audio server need well
+# under one of the two cores, so an idle host stays near 0 (other jobs push it to 0.5-0.9).
+HOST_BUSY_STALL = 0.10
+
+
+class HostLoad:
+    """How busy the host was while a block ran: the CPU pressure stall share (PSI
+    ``/proc/pressure/cpu``, else the CPU time of other processes per core from
+    ``/proc/stat`` less this process's children). ``busy`` is what excuses a run: a loaded
+    host delays the audio server too, which stretches or drops audio (and moves the loop's
+    latency) without the app seeing an xrun."""
+
+    def __enter__(self):
+        self._t0, self._psi0, self._cpu0 = time.monotonic(), _psi_us(), _cpu_other_s()
+        return self
+
+    def __exit__(self, *exc):
+        wall = max(time.monotonic() - self._t0, 1e-3)
+        psi1 = _psi_us()
+        if self._psi0 is not None and psi1 is not None:
+            self.stall = (psi1 - self._psi0) / 1e6 / wall
+            self.what = f"CPU pressure stall {self.stall:.0%} of the run"
+        else:  # no PSI: other processes' CPU share of the spare cores
+            cores = max((os.cpu_count() or 1) - 1, 1)
+            self.stall = (_cpu_other_s() - self._cpu0) / wall / cores
+            self.what = f"other processes used {self.stall:.0%} of the spare cores"
+        self.busy = self.stall > HOST_BUSY_STALL
+        return False
+
+
+def _psi_us() -> int | None:
+    try:
+        for line in Path("/proc/pressure/cpu").read_text().splitlines():
+            if line.startswith("some"):
+                return int(line.rsplit("total=", 1)[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _cpu_other_s() -> float:
+    """Busy CPU seconds of the whole host less those of this process's (waited) children."""
+    import resource
+
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    busy = (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return busy - ru.ru_utime - ru.ru_stime
+
+
 def band(x: np.ndarray, hz: float = 6500.0) -> np.ndarray:
     """Zero-phase low-pass: the band every resampler in the path keeps."""
     return ss.sosfiltfilt(ss.butter(10, hz, fs=SR, output="sos"), x).astype(np.float32)
@@ -245,26 +296,39 @@ def test_file_through_the_loop(pulse, enhancer, looped, tmp_path, rate, channels
     the audio server's loop-back depend on the server getting the CPU in time: on a loaded
     2-core machine PulseAudio itself can drop or stretch a few blocks without the app seeing
     an xrun. Those are given up to three runs; all three failing fails the test (or xfails it
-    when every run reported xruns)."""
+    when every run was disturbed: app xruns, or a busy host by ``HostLoad``). A run on a
+    quiet host with no xruns whose latency or loop-back is off fails the test."""
     failures, overloaded_runs = [], 0
     for attempt in range(3):
         rec = tmp_path / f"rec{attempt}.wav"
-        lines, y = _loop_run(pulse, enhancer, looped, rec, rate, channels, latency)
+        try:
+            with HostLoad() as host:
+                lines, y = _loop_run(pulse, enhancer, looped, rec, rate, channels, latency)
+        except subprocess.TimeoutExpired as e:  # the file plays in ~12 s; 90 s is starvation
+            if not host.busy:
+                raise
+            # a host this busy starves every further run too (and the offline checks): stop
+            pytest.xfail(f"loop: the machine was overloaded ({host.what}): `qsa live` did not "
+                         f"finish its {len(looped[1]) / SR:.0f} s file within {e.timeout:.0f} s "
+                         f"(run {attempt}); earlier runs: {failures or 'none'}")
         _loop_exact_checks(enhancer, looped, lines, y, rate, channels)
         if not clean_run(lines, signal_t=SETTLE_S):
             overloaded_runs += 1
             failures.append(
                 f"run {attempt}: app xruns {lines[-1]['xruns']} at stream times (s) "
-                f"{lines[-1]['xrun_times_s']}"
+                f"{lines[-1]['xrun_times_s']} ({host.what})"
             )
             continue
         try:
             _loop_server_checks(looped, lines, y, rate)
             return
         except AssertionError as e:
-            failures.append(f"run {attempt}: {e}")
+            overloaded_runs += host.busy  # a busy host moves the server's timing: excused
+            failures.append(f"run {attempt} ({host.what}): {e}")
     if overloaded_runs == len(failures):
-        overloaded(lines[-1], "loop")
+        pytest.xfail("loop: the machine was overloaded during every real-time run ("
+                     + "; ".join(failures) + "); the exact checks passed where a run "
+                     "finished, the server path is not conclusive")
     pytest.fail("the loop-back failed on every run:\n" + "\n".join(failures))
 
 
@@ -719,3 +783,47 @@ def test_startup_shortfalls_are_not_underruns(pulse, enhancer, monkeypatch):
         assert s["startup_shortfalls"]["device"] == 1  # unchanged
     finally:
         session.close()
+
+
+def test_nonfinite_samples_never_reach_the_device(pulse, monkeypatch, tmp_path):
+    """NaN/Inf from a broken capture (or a model that produced them) are zeros before the
+    model and before the output ring, counted in the statistics; the recording holds the
+    zeros too (issue 32: 6,144 NaN samples were played and recorded)."""
+    import sounddevice as sd
+
+    from qsa.apps.live import LiveOptions, LiveSession
+    from qsa.apps.live.processors import PassThrough
+
+    class NanEvery3rd(PassThrough):  # the model's output goes bad on every third hop
+        k = 0
+
+        def process_hop(self, in_hop, out_hop):
+            assert np.isfinite(in_hop).all(), "a non-finite sample reached the model"
+            out_hop[:] = in_hop
+            self.k += 1
+            if self.k % 3 == 0:
+                out_hop[::7] = np.nan
+
+    for k in ("PULSE_SERVER", "XDG_RUNTIME_DIR", "HOME"):
+        monkeypatch.setenv(k, pulse.env[k])
+    sd._terminate()
+    sd._initialize()
+    rec = tmp_path / "rec.wav"
+    opts = LiveOptions(input_device="pulse", output_device="pulse", channels=1, samplerate=SR,
+                       record=str(rec))
+    session = LiveSession(NanEvery3rd(), opts).open()
+    try:
+        session.out_ring.skip(session.out_ring.available())
+        x = np.full(SR // 10, 0.25, np.float32)
+        x[100:110] = np.nan  # what a capture delivered
+        x[500] = np.inf
+        session._process(x)
+        out = np.zeros((session.out_ring.available(), 1), np.float32)
+        session.out_ring.read_into(out)
+        assert len(out) and np.isfinite(out).all()
+        s = session.stats()
+        assert s["nonfinite_samples"]["input"] == 11 and s["nonfinite_samples"]["output"] > 0
+    finally:
+        session.close()
+    y, _ = sf.read(rec, dtype="float32")
+    assert np.isfinite(y).all() and len(y) > 0

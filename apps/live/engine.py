@@ -52,7 +52,14 @@ XRUN_LOG = 16  # stream times of the latest xruns kept for the statistics
 def list_devices() -> str:
     import sounddevice as sd
 
-    return str(sd.query_devices())
+    devices = sd.query_devices()
+    if len(devices) == 0:
+        raise QsaError(
+            "no audio devices: PortAudio finds no input or output device on this machine; "
+            "connect one or start the audio server (PulseAudio / PipeWire), then run "
+            "`qsa live -l` again (`qsa enhance IN OUT` needs no device)"
+        )
+    return str(devices)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +79,7 @@ class LiveOptions:
     latency: str | float = "high"  # PortAudio suggested latency (sounddevice's default)
     margin_blocks: float = 1.0
     max_growth_ms: float = 100.0  # how far the jitter buffer may grow after underruns
+    force: bool = False  # overwrite an existing --record file
 
     def __post_init__(self):
         if not 1.0 <= self.block_ms <= 200.0:
@@ -91,6 +99,30 @@ class LiveOptions:
             raise ConfigError(f"margin_blocks={self.margin_blocks}; expected >= 0")
         if self.input_file is not None and not os.path.isfile(self.input_file):
             raise AudioError(f"--input-file {self.input_file}: no such file")
+        if self.input_file is not None:
+            import soundfile as sf
+
+            try:
+                with sf.SoundFile(self.input_file) as f:
+                    _check_finite_file(f, self.input_file)
+            except (RuntimeError, OSError) as e:  # sf.LibsndfileError is a RuntimeError
+                raise AudioError(
+                    f"--input-file {self.input_file}: not readable audio ({e}); expected WAV, "
+                    "FLAC or OGG"
+                ) from None
+        if self.record is not None:
+            rec = self.record
+            src = self.input_file
+            if src is not None and (os.path.abspath(rec) == os.path.abspath(src) or (
+                    os.path.exists(rec) and os.path.samefile(rec, src))):
+                raise ConfigError(f"--record {rec} is the --input-file; recording over it "
+                                  "would destroy it: choose another --record path")
+            if os.path.isdir(rec):
+                raise ConfigError(f"--record {rec} is a folder; give a file name, e.g. "
+                                  f"{os.path.join(rec, 'live.wav')}")
+            if os.path.exists(rec) and not self.force:
+                raise ConfigError(f"--record {rec} already exists; pass --force to overwrite "
+                                  "it or choose another path")
 
 
 def _device_error(kind: str, device, err: Exception) -> QsaError:
@@ -147,6 +179,22 @@ def pipeline_deficit(sr_dev: int, sr_model: int, block: int, hop: int, quality: 
     return worst
 
 
+def _check_finite_file(f, name: str) -> None:
+    """An :class:`AudioError` when the file holds NaN or Inf samples (read once, in blocks,
+    before anything opens)."""
+    pos = 0
+    for b in f.blocks(blocksize=1 << 16, dtype="float32", always_2d=True):
+        bad = ~np.isfinite(b)
+        if bad.any():
+            first = pos + int(np.argwhere(bad)[0, 0])
+            raise AudioError(
+                f"--input-file {name}: {int(bad.sum())} NaN or Inf sample(s) in the block "
+                f"from sample {pos} (first at {first}, {first / f.samplerate:.3f} s); "
+                "expected finite audio: re-export the file from its source"
+            )
+        pos += len(b)
+
+
 class Recorder:
     """Input and enhanced output (and the device microphone in --input-file mode) at the
     model rate, float WAV. Written directly (not via a temporary file: a recording is a log)
@@ -159,6 +207,9 @@ class Recorder:
         self.path = path
         self.channels = 3 if with_mic else 2
         self.with_mic = with_mic
+        from qsa.fileio import ensure_dir
+
+        ensure_dir(os.path.dirname(os.path.abspath(path)), "--record folder")
         try:
             self.f = sf.SoundFile(
                 path, "w", samplerate=sr, channels=self.channels, subtype="FLOAT", format="WAV"
@@ -289,6 +340,8 @@ class LiveSession:
         self._settled = False
         self._half_block_s = 0.5 * B / sr
         self.file_underruns = 0
+        self.nonfinite_in = 0  # NaN/Inf input samples replaced by zeros before the model
+        self.nonfinite_out = 0  # NaN/Inf output samples replaced by zeros before the device
         self._late = 0  # samples played as zeros that will be skipped when they arrive
         self.growth = 0  # samples the pipeline delay grew by after shortfalls (<= max_growth)
         self.max_growth = int(round(opt.max_growth_ms / 1000 * sr))
@@ -654,6 +707,10 @@ class LiveSession:
         if n_hops == 0:
             return
         ins = acc[: n_hops * hop].copy()
+        if not np.isfinite(ins).all():  # a broken capture driver: never into the model
+            bad = ~np.isfinite(ins)
+            self.nonfinite_in += int(bad.sum())
+            ins[bad] = 0.0
         outs = np.empty(n_hops * hop, np.float32)
         d = len(self._bypass_line) - hop
         for t in range(n_hops):
@@ -672,6 +729,10 @@ class LiveSession:
             self._e_in[k] = float(np.dot(ins[s], ins[s])) / hop
             self._e_out[k] = float(np.dot(outs[s], outs[s])) / hop
             self.hops_done += 1
+        if not np.isfinite(outs).all():  # a model that produced NaN/Inf: silence, counted
+            bad = ~np.isfinite(outs)
+            self.nonfinite_out += int(bad.sum())
+            outs[bad] = 0.0
         rest = self._n_acc - n_hops * hop
         acc[:rest] = acc[n_hops * hop : self._n_acc]
         self._n_acc = rest
@@ -896,6 +957,7 @@ class LiveSession:
                 "device_output_underflows": self.pa_output_underflows,
                 "file_underruns": self.file_underruns,
             },
+            "nonfinite_samples": {"input": self.nonfinite_in, "output": self.nonfinite_out},
             "startup_shortfalls": {  # before the signal started: more silence first, no loss
                 "ring": self.startup_ring_shortfalls,
                 "device": self.startup_device_underflows,

@@ -258,6 +258,7 @@ def load_processor(
         kind = runtime if runtime != "torch" else ARTIFACT_RUNTIME[suffix]
         if suffix == ".tflite" and kind not in ("litert", "tflm"):
             raise ConfigError(f"{model} is a TFLite model: use --runtime litert or tflm")
+        _check_artifact_file(Path(model), kind)
         return _runtime_processor(kind, Path(model), Path(model).name, _artifact_latency(model))
     module = _load_module(model)
     if module is None:
@@ -277,6 +278,21 @@ def load_processor(
         export_model(module, runtime, precision, out_dir=out_dir, model_name=model, force=True)
     lat = TorchStepProcessor(module).algorithmic_latency_samples
     return _runtime_processor(runtime, artifact, f"{model} ({runtime} {precision})", lat)
+
+
+def _check_artifact_file(path: Path, kind: str) -> None:
+    """A clear error before a native runtime sees ``path``: not a sound artifact of its kind
+    (qsa.export.validate), or a .pte without the report.json its inputs' shapes come from."""
+    from qsa.export.validate import check_artifact, report_sha256
+
+    check_artifact(path, kind, report_sha256(path))
+    if kind == "executorch" and not path.with_name("report.json").is_file():
+        raise ConfigError(
+            f"--model {path}: an ExecuTorch .pte does not record its input shapes (hop, "
+            "state); qsa reads them from the report.json that `qsa export` writes next to "
+            f"it, and {path.with_name('report.json')} is missing: copy the whole export "
+            "folder, or re-export with `qsa export MODEL --target executorch -o DIR`"
+        )
 
 
 def _artifact_latency(artifact: str) -> int | None:

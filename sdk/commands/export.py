@@ -24,7 +24,12 @@ def register(sub) -> None:
         "--profile", choices=PROFILE_NAMES, help="check the artifact against a device budget"
     )
     p.add_argument("--force", action="store_true", help="overwrite an existing artifact")
-    p.add_argument("--json", action="store_true", help="print report.json instead of a summary")
+    p.add_argument("--json", action="store_true",
+                   help="print report.json (only it: stdout stays valid JSON) instead of a "
+                   "summary")
+    p.add_argument("--verbose", action="store_true",
+                   help="show the converters' and runtimes' own log lines (hidden by default; "
+                   "shown anyway when the export fails)")
     p.set_defaults(func=run)
 
 
@@ -34,22 +39,26 @@ def run(args) -> int:
 
     import torch
 
-    from qsa.export import export_model
     from qsa.hub import load
 
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
     model = load(args.model)
     name = args.model.rsplit("/", 1)[-1]
-    result = export_model(
-        model,
-        args.target,
-        args.precision,
-        args.output,
-        profile=args.profile,
-        model_name=name,
-        force=args.force,
-    )
+    from qsa.commands.quiet import third_party_quiet
+
+    with third_party_quiet(args.verbose):
+        from qsa.export import export_model  # torchao / absl log while importing
+
+        result = export_model(
+            model,
+            args.target,
+            args.precision,
+            args.output,
+            profile=args.profile,
+            model_name=name,
+            force=args.force,
+        )
     r = result.report
     if args.json:
         print(json.dumps(r, indent=2))
@@ -64,7 +73,7 @@ def run(args) -> int:
     )
     lat = r["latency_per_hop"]
     print(f"wrote {result.artifact} ({r['bytes']:,} bytes, {r['bytes_per_param']:.2f} B/param)")
-    if "packed_bound_bytes" in r:  # the packed-size figure, the same for every format
+    if "packed_bound_bytes" in r and r["precision"] == "int8":  # an int8 figure only
         gap = r["bytes"] - r["packed_bound_bytes"]
         print(f"  packed bound (1.25 B/param + 24 KB): {r['packed_bound_bytes']:,} bytes, "
               + (f"over by {gap:,}" if gap > 0 else f"{-gap:,} to spare"))

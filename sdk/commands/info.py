@@ -22,12 +22,16 @@ def run(args) -> int:
     import json
 
     from qsa._version import __version__
+    from qsa.hub import shipped_weights
     from qsa.models.registry import build_model, preset_config, preset_names
 
     models = []
     for name in preset_names():
         m = build_model(preset_config(name))
-        models.append({"name": name, "params": sum(p.numel() for p in m.parameters())})
+        w = shipped_weights(name)
+        models.append({"name": name, "params": sum(p.numel() for p in m.parameters()),
+                       "weights": "shipped" if w is not None else "untrained",
+                       "weights_file": str(w) if w is not None else None})
     runtimes = {}
     for rt, mod in RUNTIME_MODULES.items():
         try:
@@ -38,9 +42,10 @@ def run(args) -> int:
         print(json.dumps({"version": __version__, "models": models, "runtimes": runtimes}))
         return 0
     print(f"qsa {__version__}")
-    print("models:")
+    print("models (weights: shipped = trained weights in this install; untrained = a preset "
+          "to `qsa train`):")
     for m in models:
-        print(f"  {m['name']:<24} {m['params']:>10,d} params")
+        print(f"  {m['name']:<24} {m['params']:>10,d} params  {m['weights']}")
     print("runtimes:")
     for rt, ok in runtimes.items():
         print(f"  {rt:<12} {'available' if ok else 'not installed (pip install qsa[' + rt + '])'}")

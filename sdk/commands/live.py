@@ -84,6 +84,7 @@ def register(subparsers) -> None:
         help="write input and enhanced output (and, with --input-file, the device "
         "microphone) as a float WAV at the model rate",
     )
+    p.add_argument("--force", action="store_true", help="overwrite an existing --record file")
     p.add_argument("--input-file", metavar="IN.wav", help="play this file as the microphone")
     p.add_argument("--bypass", action="store_true", help="start in bypass (input passes through)")
     p.add_argument("--json-stats", action="store_true", help="print statistics as JSON lines")
@@ -133,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         duration=args.duration,
         resample_quality=args.resample_quality,
         latency=_latency(args.latency),
+        force=args.force,
         **_jitter(args.jitter_ms, args.block_ms),
     )
     processor = load_processor(args.model, args.runtime, args.precision)
