@@ -12,8 +12,10 @@ artifact is the packed model file (``.qsa``) at that precision.
 Every utterance is then streamed hop by hop through the runtime, as a device runs it, each
 step timed; the output is shifted by the model's streaming delay so it lines up with the
 clean reference, written to ``OUT/enhanced/<model>/<runtime>-<precision>/NAME.wav`` (float)
-and scored with ``qsa.metrics.batch_metrics`` (PESQ-WB, PESQ-NB, STOI, SI-SDR). ΔPESQ-WB is
-against the same model streamed by torch fp32, which is always run as the reference.
+and scored with ``qsa.metrics.batch_metrics`` (PESQ-WB, PESQ-NB, STOI, SI-SDR); with
+``dnsmos=True`` (``--dnsmos``) also DNSMOS OVRL (P.835, no reference; ``qsa.metrics.dnsmos``).
+ΔPESQ-WB is against the same model streamed by torch fp32, which is always run as the
+reference. ``data`` may be any paired ``--data`` spec, e.g. ``real:DIR`` (``qsa data real``).
 
 A combination that fails to export or run is a row with ``status="failed"`` and the error
 message; the others go on. Outputs (each written atomically): ``results.json``,
@@ -115,6 +117,7 @@ class Row:
     pesq_nb: float = math.nan
     stoi: float = math.nan
     si_sdr: float = math.nan
+    dnsmos_ovrl: float = math.nan  # with dnsmos=True only
     delta_pesq_wb: float = math.nan  # vs torch fp32 of the same model
     bytes: int | None = None
     hop_ms_median: float | None = None
@@ -147,6 +150,7 @@ class CompareResults:
     precisions: list[str]
     out_dir: Path
     seconds: float = 0.0
+    dnsmos: bool = False  # rows carry DNSMOS OVRL
 
     def row(self, model: str, runtime: str, precision: str) -> Row:
         for r in self.rows:
@@ -166,7 +170,7 @@ class CompareResults:
             "n_items": len(self.names),
             "items": self.names,
             "sample_rate": SR,
-            "metrics": list(SCORES),
+            "metrics": list(SCORES) + (["dnsmos_ovrl"] if self.dnsmos else []),
             "models": self.models,
             "runtimes": self.runtimes,
             "precisions": self.precisions,
@@ -195,8 +199,8 @@ def resolve_data(data, split: str = "test", limit: int = 0):
         if folder and not Path(folder).exists():
             raise QsaError(
                 f"--data {spec!r}: {folder} does not exist; expected synth:DIR (made by "
-                "`qsa data synth DIR`), voicebank:DIR, dns:DIR or a folder with clean/ and "
-                "noisy/; check the path"
+                "`qsa data synth DIR`), real:DIR (`qsa data real DIR`), voicebank:DIR, dns:DIR "
+                "or a folder with clean/ and noisy/; check the path"
             )
         try:
             if kind not in DATA_KINDS and (Path(spec) / "clean").is_dir() and (
@@ -209,7 +213,7 @@ def resolve_data(data, split: str = "test", limit: int = 0):
         except QsaError as e:
             raise QsaError(
                 f"--data {spec!r}: {e}; compare needs noisy/clean pairs with the same names "
-                "(synth:DIR, voicebank:DIR, dns:DIR or DIR/clean + DIR/noisy)"
+                "(synth:DIR, real:DIR, voicebank:DIR, dns:DIR or DIR/clean + DIR/noisy)"
             ) from None
     else:
         spec = getattr(data, "description", None) or f"{len(data)} pairs"
@@ -443,6 +447,7 @@ def compare(
     threads: int | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = print,
+    dnsmos: bool = False,
 ) -> CompareResults:
     """Compare ``models`` on ``data`` across ``runtimes`` x ``precisions`` (module docstring).
 
@@ -450,6 +455,8 @@ def compare(
     device profile checked at export (e.g. ``{"tflm": "cortex-m7"}``). ``calib``: int8
     calibration waves (default: the exporters' held-out espeak-ng set, never the test data).
     ``threads``: set torch's thread count (the CLI uses 1, as on a device; None: leave it).
+    ``dnsmos``: also score DNSMOS OVRL per row (``Row.dnsmos_ovrl``; ~0.5 s of CPU per
+    second of audio per row).
     """
     from tqdm import tqdm
 
@@ -464,6 +471,10 @@ def compare(
     check_choices(runtimes, precisions)
     profiles = dict(profiles or {})
     pairs = resolve_data(data, split=split, limit=limit)
+    if dnsmos:
+        from qsa.metrics.dnsmos import model_dir
+
+        model_dir()  # a missing speechmos fails now, not after every export
     data_desc = str(data) if isinstance(data, str | os.PathLike) else (
         getattr(data, "description", None) or f"{len(pairs)} pairs")
     if threads:
@@ -547,6 +558,8 @@ def compare(
             setattr(row, m, summary.means[m])
         row.counts = summary.counts
         row.items = part
+    if dnsmos:
+        _score_dnsmos(jobs, noisy, max(1, workers), progress)
     for label in loaded:
         ref = next(r for r in rows if (r.model, r.runtime, r.precision) == (label, "torch",
                                                                               "fp32"))
@@ -554,10 +567,34 @@ def compare(
             if r.model == label and r.status == "ok" and ref.status == "ok":
                 r.delta_pesq_wb = r.pesq_wb - ref.pesq_wb
     results = CompareResults(rows, data_desc, split, [p.name for p in pairs], model_info,
-                             runtimes, precisions, out)
+                             runtimes, precisions, out, dnsmos=dnsmos)
     results.seconds = time.perf_counter() - t_start
     write_results(results)
     return results
+
+
+def _score_dnsmos(jobs, noisy: list[np.ndarray], threads: int, progress: bool) -> None:
+    """DNSMOS OVRL of every row's outputs (the noisy row: the inputs): the item's
+    ``dnsmos_ovrl`` (NaN with the reason in its ``errors`` when unscorable), the row's mean
+    over the scored items and its count."""
+    from tqdm import tqdm
+
+    from qsa.audio.io import read_audio
+    from qsa.metrics.dnsmos import dnsmos_item
+
+    for row, items in tqdm(jobs, desc="DNSMOS", unit="row", disable=not progress,
+                           leave=False):
+        vals = []
+        for k, it in enumerate(row.items):
+            y = noisy[k] if row.status == "input" else read_audio(items[k][2], SR)[0]
+            s = dnsmos_item(it["name"], y, SR, threads, f"{row.key} {it['name']}")
+            it["dnsmos_ovrl"] = s["dnsmos_ovrl"]
+            if s.get("errors"):
+                it.setdefault("errors", {})["dnsmos_ovrl"] = s["errors"]["dnsmos_ovrl"]
+            elif math.isfinite(s["dnsmos_ovrl"]):
+                vals.append(s["dnsmos_ovrl"])
+        row.dnsmos_ovrl = float(np.mean(vals)) if vals else math.nan
+        row.counts["dnsmos_ovrl"] = len(vals)
 
 
 # --------------------------------------------------------------------------- outputs
@@ -567,9 +604,11 @@ CELL_FORMATS = (("pesq_wb", ".3f"), ("pesq_nb", ".3f"), ("stoi", ".3f"), ("si_sd
                 ("delta_pesq_wb", "+.3f"), ("bytes", ",d"))
 
 
-def metric_cells(r: Row) -> list[str]:
-    """PESQ-WB, PESQ-NB, STOI, SI-SDR, ΔPESQ-WB and bytes of ``r`` as table cells."""
-    return [format_cell(getattr(r, k), f) for k, f in CELL_FORMATS]
+def metric_cells(r: Row, dnsmos: bool = False) -> list[str]:
+    """PESQ-WB, PESQ-NB, STOI, SI-SDR, (DNSMOS OVRL with ``dnsmos``), ΔPESQ-WB and bytes of
+    ``r`` as table cells."""
+    formats = CELL_FORMATS[:4] + ((("dnsmos_ovrl", ".3f"),) if dnsmos else ()) + CELL_FORMATS[4:]
+    return [format_cell(getattr(r, k), f) for k, f in formats]
 
 
 def format_cell(v, fmt: str) -> str:
@@ -582,9 +621,10 @@ def format_cell(v, fmt: str) -> str:
 
 
 def results_markdown(res: CompareResults) -> str:
+    dn = "| DNSMOS OVRL " if res.dnsmos else ""
     head = ("| model | runtime | precision | PESQ-WB | PESQ-NB | STOI | SI-SDR (dB) "
-            "| ΔPESQ-WB vs torch fp32 | bytes | latency/hop median (ms) | latency/hop p99 (ms) "
-            "| RTF | status |")
+            f"{dn}| ΔPESQ-WB vs torch fp32 | bytes | latency/hop median (ms) "
+            "| latency/hop p99 (ms) | RTF | status |")
     lines = [
         f"# qsa compare: {', '.join(res.models)} on {res.data}",
         "",
@@ -593,7 +633,8 @@ def results_markdown(res: CompareResults) -> str:
         "model streamed by torch fp32. Latency is the host CPU's, per step call.",
         "",
         head,
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        + ("---:|" if res.dnsmos else "") + "---|",
     ]
     for r in res.rows:
         if r.status == "failed":
@@ -602,7 +643,7 @@ def results_markdown(res: CompareResults) -> str:
             status = "ok (cached)" if r.cached else "ok"
         else:
             status = r.status
-        cells = [r.model, r.runtime, r.precision, *metric_cells(r),
+        cells = [r.model, r.runtime, r.precision, *metric_cells(r, res.dnsmos),
                  *(format_cell(v, ".3f") for v in (r.hop_ms_median, r.hop_ms_p99, r.rtf)),
                  status]
         lines.append("| " + " | ".join(cells) + " |")
