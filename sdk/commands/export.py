@@ -17,7 +17,10 @@ def register(sub) -> None:
         ),
     )
     p.add_argument("model", help="a preset name or a packed model file (.qsa), see `qsa info`")
-    p.add_argument("--target", required=True, choices=["executorch", "litert", "tflm", "onnx"])
+    p.add_argument("--target", required=True, choices=["executorch", "litert", "tflm", "onnx", "c"],
+                   help="c: the int8 TFLite-Micro graph as self-contained C99 (PCM in, PCM "
+                   "out), built and checked on the host and, when arm-none-eabi-gcc and "
+                   "qemu-system-arm are installed, on an emulated Cortex-M4 / M7")
     p.add_argument("--precision", choices=["fp32", "int8"], default="fp32")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
     p.add_argument(
@@ -50,15 +53,20 @@ def run(args) -> int:
     with third_party_quiet(args.verbose):
         from qsa.export import export_model  # torchao / absl log while importing
 
-        result = export_model(
-            model,
-            args.target,
-            args.precision,
-            args.output,
-            profile=args.profile,
-            model_name=name,
-            force=args.force,
-        )
+        if args.target == "c":  # the int8 TFLite-Micro graph as generated C99, verified
+            from qsa.export.c_export import export_c
+
+            result = export_c(model, args.output, model_name=name, force=args.force)
+        else:
+            result = export_model(
+                model,
+                args.target,
+                args.precision,
+                args.output,
+                profile=args.profile,
+                model_name=name,
+                force=args.force,
+            )
     r = result.report
     if args.json:
         print(json.dumps(r, indent=2))

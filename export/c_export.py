@@ -1,0 +1,1700 @@
+"""``qsa export --target c``: the int8 TFLite-Micro network as self-contained C99.
+
+``generate_c(tflite_path, out_dir)`` walks subgraph 0 of a full-integer ``.tflite`` (the file
+``TFLMExporter`` writes, in TFLite-Micro's own compact forms) and writes
+
+* ``qsa_nn.h``: the kernel library (``qsa.export.c_kernels``: TFLite-Micro reference int8
+  arithmetic, bit-exact);
+* ``qsa_net.h`` / ``qsa_net.c``: the weights (packed int8, as the ``.tflite`` stores them) and
+  every op's requantisation constants as ``const`` data, one static arena of activations
+  planned here (lifetimes, first fit; RESHAPE is an alias), the streaming state as a struct
+  and ``qsa_net_init(state)`` / ``qsa_net_step(state, x, out...)`` on int8 tensors.
+
+The multipliers and shifts are computed exactly as each TFLite-Micro kernel's ``Prepare``
+computes them (float32 scales, the same float / double expression order, ``QuantizeMultiplier``
+with round-half-away), so the C network reproduces the interpreter's integers; the tests check
+that on real frames (``tests/test_export_c.py``).
+
+Ops: ADD, SUB, MUL, PRELU, LOGISTIC (a 256-entry table per op, filled at init by the
+reference arithmetic), RSQRT, MEAN, SUM, SOFTMAX, FULLY_CONNECTED (per-channel or per-tensor,
+constant or activation weights), BATCH_MATMUL, CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE, SLICE,
+CONCATENATION, RESHAPE; tensors of rank <= 4.
+
+Around the network: ``generate_dsp`` (the PCM API ``qsa_init`` / ``qsa_step``: windowed radix-2
+FFT, |X|^c compression and inverses in float32 C without libm, so every IEEE target computes
+the same bits), ``write_mcu_files`` / ``build_mcu`` / ``run_qemu`` (Cortex-M4F / M7 ELFs for
+QEMU's mps2-an386 / mps2-an500, semihosting file I/O, SysTick under ``-icount shift=0``),
+``verify_c`` and ``export_c`` (the ``--target c`` entry point), ``CRuntime`` (runtime kind
+``c``).
+
+Measured for qcgan-35k (12-06; host gcc -O2, arm-none-eabi-gcc 12.2 -O2 hard float, QEMU 7.2):
+network int8 identical to TFLite-Micro on all 125 steps of the verification utterance (6,498
+values each) and on every intermediate tensor; PCM SQNR vs torch 31.04 dB (TFLite-Micro 31.05
+dB), vs TFLite-Micro 74.3 dB; Cortex-M4 output equal to the host build, flash 65,120 B (all
+code, no libm), RAM 39,356 B (32,496 static + 6,860 stack), 4.83 M instructions per 8 ms hop.
+The graph requantises ~90K values per hop (30 quaternion-mixing BATCH_MATMULs alone write
+31.5K), ~15 instructions each bit-exact, so ~1.3 M instructions is a floor for this graph
+before any MAC: a 168 MHz M4 cannot run it in real time at TFLite-Micro's integers.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ExportError
+
+# ---------------------------------------------------------------------------------------------
+# TFLite's multiplier arithmetic (tensorflow/lite/kernels/internal/quantization_util.cc)
+
+
+def _round_away(x: float) -> int:
+    return int(math.floor(x + 0.5)) if x >= 0 else -int(math.floor(-x + 0.5))
+
+
+def quantize_multiplier(m: float) -> tuple[int, int]:
+    """tflite::QuantizeMultiplier (double-rounding build): (Q0.31 multiplier, shift)."""
+    if m == 0.0:
+        return 0, 0
+    q, shift = math.frexp(m)
+    qf = _round_away(q * (1 << 31))
+    if qf == (1 << 31):
+        qf //= 2
+        shift += 1
+    if shift < -31:
+        shift, qf = 0, 0
+    return int(qf), int(shift)
+
+
+def _f32(x) -> np.float32:
+    return np.float32(x)
+
+
+def _calc_input_radius(int_bits: int, left_shift: int, total_bits: int = 31) -> int:
+    v = (1.0 * ((1 << int_bits) - 1) * float(1 << (total_bits - int_bits))
+         / float(1 << left_shift))
+    return int(math.floor(v))
+
+
+# ---------------------------------------------------------------------------------------------
+# the graph
+
+
+@dataclass
+class Tensor:
+    index: int
+    dtype: str
+    shape: tuple[int, ...]
+    scale: np.ndarray  # float32
+    zero_point: np.ndarray  # int64
+    qdim: int
+    data: np.ndarray | None  # constant data (typed), or None
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape)) if self.shape else 1
+
+    @property
+    def s(self) -> np.float32:
+        return _f32(self.scale[0]) if self.scale.size else _f32(0.0)
+
+    @property
+    def zp(self) -> int:
+        return int(self.zero_point[0]) if self.zero_point.size else 0
+
+
+@dataclass
+class Op:
+    index: int
+    name: str
+    inputs: list[int]
+    outputs: list[int]
+    options: dict[str, Any]
+
+
+@dataclass
+class Graph:
+    tensors: list[Tensor]
+    ops: list[Op]
+    inputs: list[int]
+    outputs: list[int]
+
+
+def read_graph(path: str | os.PathLike) -> Graph:
+    from .tflm import _parsed
+
+    model, sg, types, op_name = _parsed(path)
+    tensors = []
+    for i, t in enumerate(sg.tensors):
+        q = t.quantization
+        scale = np.asarray(q.scale if q is not None and q.scale is not None else [], np.float32)
+        zp = np.asarray(q.zeroPoint if q is not None and q.zeroPoint is not None else [],
+                        np.int64)
+        qdim = int(q.quantizedDimension) if q is not None else 0
+        dtype = types.get(t.type, "?")
+        data = None
+        buf = model.buffers[t.buffer].data if 0 < t.buffer < len(model.buffers) else None
+        if buf is not None and len(buf):
+            data = np.frombuffer(np.asarray(buf, np.uint8).tobytes(), dtype=np.dtype(dtype))
+        shape = tuple(int(v) for v in t.shape) if t.shape is not None else ()
+        if data is not None and shape:
+            data = data.reshape(shape)
+        tensors.append(Tensor(i, dtype, shape, scale, zp, qdim, data))
+    ops = []
+    for k, o in enumerate(sg.operators or []):
+        opt = o.builtinOptions
+        options = {kk: v for kk, v in vars(opt).items()} if opt is not None else {}
+        ops.append(Op(k, op_name(o), [int(i) for i in (o.inputs if o.inputs is not None else [])],
+                      [int(i) for i in o.outputs], options))
+    return Graph(tensors, ops, [int(i) for i in sg.inputs], [int(i) for i in sg.outputs])
+
+
+# ---------------------------------------------------------------------------------------------
+# code generation
+
+
+def _merge(n: list[int], *strides: list[int]) -> tuple[list[int], list[list[int]]]:
+    """Drop size-1 dims and merge neighbours that every stride list walks contiguously, then
+    pad to 4 dims (the kernels' loop nest): the same elements in the same order."""
+    keep = [k for k in range(len(n)) if n[k] != 1]
+    dims = [n[k] for k in keep]
+    sts = [[s[k] for k in keep] for s in strides]
+    k = len(dims) - 2
+    while k >= 0:
+        if all(st[k] == st[k + 1] * dims[k + 1] for st in sts):
+            dims[k] *= dims[k + 1]
+            del dims[k + 1]
+            for st in sts:
+                st[k] = st[k + 1]
+                del st[k + 1]
+        k -= 1
+    if len(dims) > 4:
+        raise ExportError(f"a {len(n)}-d access pattern {n} does not fold to 4 dims")
+    pad = 4 - len(dims)
+    return [1] * pad + dims, [[0] * pad + st for st in sts]
+
+
+def _strides(shape: list[int]) -> list[int]:
+    s, acc = [0] * len(shape), 1
+    for k in range(len(shape) - 1, -1, -1):
+        s[k] = acc
+        acc *= shape[k]
+    return s
+
+
+def _bcast(out_shape, a_shape, b_shape) -> str:
+    n = list(out_shape) or [1]
+    r = len(n)
+
+    def st(shape):
+        p = [1] * (r - len(shape)) + list(shape)
+        if len(p) != r:
+            raise ExportError(f"cannot broadcast {shape} to {out_shape}")
+        s = _strides(p)
+        out = []
+        for k in range(r):
+            if p[k] == n[k]:
+                out.append(s[k] if n[k] > 1 else 0)
+            elif p[k] == 1:
+                out.append(0)
+            else:
+                raise ExportError(f"cannot broadcast {shape} to {out_shape}")
+        return out
+
+    n4, (_, sa, sb) = _merge(n, _strides(n), st(a_shape), st(b_shape))
+    return f"{{{{{_c(n4)}}}, {{{_c(sa)}}}, {{{_c(sb)}}}}}"
+
+
+def _c(v) -> str:
+    return ", ".join(str(int(x)) for x in v)
+
+
+def _act_range(fused: int) -> tuple[int, int]:
+    if fused in (0, None):
+        return -128, 127
+    raise ExportError(f"fused activation {fused} is not supported by the C export")
+
+
+def _carray(ctype: str, name: str, data: np.ndarray, per_line: int = 16) -> str:
+    flat = np.asarray(data).reshape(-1)
+    lines = [f"static const {ctype} {name}[{max(1, flat.size)}] = {{"]
+    if flat.size == 0:
+        lines.append("  0,")
+    for k in range(0, flat.size, per_line):
+        lines.append("  " + ", ".join(str(int(v)) for v in flat[k : k + per_line]) + ",")
+    lines.append("};")
+    return "\n".join(lines)
+
+
+@dataclass
+class CNetwork:
+    """What generate_c wrote and measured."""
+
+    files: list[Path]
+    arena_bytes: int
+    state_bytes: int
+    weight_bytes: int
+    const_bytes: int
+    scratch_bytes: int
+    macs: int
+    n_ops: int
+    inputs: list[dict]
+    outputs: list[dict]
+    state_pairs: list[tuple[int, int]]
+    info: dict = field(default_factory=dict)
+
+
+class _Gen:
+    def __init__(self, g: Graph, debug: bool = False):
+        self.g = g
+        self.debug = debug
+        self.consts: list[str] = []
+        self.body: list[str] = []
+        self.init: list[str] = []
+        self.const_names: dict[int, str] = {}
+        self.weight_bytes = 0
+        self.const_bytes = 0
+        self.macs = 0
+        self.scratch = 0
+        self.n = 0
+        self.dedup: dict = {}
+
+    # -- tensors --------------------------------------------------------------------------
+    def T(self, i: int) -> Tensor:
+        return self.g.tensors[i]
+
+    def const(self, i: int) -> str:
+        t = self.T(i)
+        if i not in self.const_names:
+            name = f"c{i}"
+            ctype = {"int8": "int8_t", "int32": "int32_t", "int16": "int16_t"}.get(t.dtype)
+            if ctype is None:
+                raise ExportError(f"constant tensor {i} has dtype {t.dtype}; expected int8/int32")
+            self.consts.append(_carray(ctype, name, t.data))
+            self.const_names[i] = name
+            nbytes = t.data.nbytes
+            self.weight_bytes += nbytes
+            self.const_bytes += nbytes
+        return self.const_names[i]
+
+    def params(self, ctype: str, body: str) -> str:
+        """A const parameter struct (one per distinct value: layers of the same shape share)."""
+        key = (ctype, body)
+        if key not in self.dedup:
+            self.n += 1
+            name = f"p{self.n}"
+            self.consts.append(f"static const {ctype} {name} = {body};")
+            self.dedup[key] = name
+        return self.dedup[key]
+
+    def i32s(self, values, ctype: str = "int32_t") -> str:
+        v = np.asarray(values, np.int64)
+        info = np.iinfo(ctype[:-2])
+        if v.size and (v.min() < info.min or v.max() > info.max):
+            raise ExportError(f"constant {v.min()}..{v.max()} does not fit {ctype}")
+        key = (ctype, tuple(int(x) for x in v.reshape(-1)))
+        if key not in self.dedup:
+            self.n += 1
+            name = f"q{self.n}"
+            self.consts.append(_carray(ctype, name, v))
+            self.const_bytes += np.dtype(ctype[:-2]).itemsize * v.size
+            self.dedup[key] = name
+        return self.dedup[key]
+
+    # -- plan -----------------------------------------------------------------------------
+    def plan(self) -> None:
+        g = self.g
+        self.alias: dict[int, int] = {}
+        for op in g.ops:
+            if op.name == "RESHAPE":
+                src = op.inputs[0]
+                self.alias[op.outputs[0]] = self.alias.get(src, src)
+        is_const = {t.index for t in g.tensors if t.data is not None}
+        state_in = g.inputs[1:]
+        root = lambda i: self.alias.get(i, i)  # noqa: E731
+        first, last = {}, {}
+        n_ops = len(g.ops)
+        for i in g.inputs:
+            first[root(i)] = -1
+        for k, op in enumerate(g.ops):
+            for i in op.inputs:
+                if i >= 0 and i not in is_const:
+                    last[root(i)] = max(last.get(root(i), -1), k)
+            for i in op.outputs:
+                first.setdefault(root(i), k)
+        for i in g.outputs:
+            last[root(i)] = n_ops
+        self.state_in = set(state_in)
+        bufs = [r for r in first if r not in self.state_in]
+        order = sorted(bufs, key=lambda r: -self.T(r).size * _itemsize(self.T(r).dtype))
+        placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)
+        self.offset: dict[int, int] = {}
+        for r in order:
+            size = (self.T(r).size * _itemsize(self.T(r).dtype) + 3) // 4 * 4
+            f, la = first[r], last.get(r, first[r])
+            if self.debug:  # every tensor kept: the debug build dumps them all at the end
+                f, la = -1, n_ops
+            off = 0
+            for o, s, f2, l2 in sorted(placed):
+                if l2 < f or f2 > la:
+                    continue
+                if off + size <= o:
+                    break
+                off = max(off, o + s)
+            placed.append((off, size, f, la))
+            self.offset[r] = off
+        self.arena = max((o + s for o, s, _, _ in placed), default=4)
+
+    def ptr(self, i: int) -> str:
+        t = self.T(i)
+        if t.data is not None:
+            return self.const(i)
+        r = self.alias.get(i, i)
+        if r in self.state_in:
+            return f"st->t{r}"
+        ctype = "int8_t" if t.dtype == "int8" else "int32_t"
+        return f"(({ctype} *)(qsa_arena + {self.offset[r]}))"
+
+    # -- ops ------------------------------------------------------------------------------
+    def emit(self, op: Op) -> None:
+        fn = getattr(self, "op_" + op.name.lower(), None)
+        if fn is None:
+            raise ExportError(f"op {op.name} (#{op.index}) is not supported by the C export")
+        for i in op.outputs:
+            if self.T(i).dtype != "int8":
+                raise ExportError(f"op {op.name} #{op.index} writes {self.T(i).dtype}; int8 only")
+        self.body.append(f"  /* #{op.index} {op.name} */")
+        fn(op)
+        if op.name != "RESHAPE":
+            self.body.append(f"  QSA_MARK({op.index});")
+
+    def op_reshape(self, op):
+        pass
+
+    def op_transpose(self, op):
+        x = self.T(op.inputs[0])
+        perm = [int(v) for v in self.T(op.inputs[1]).data.reshape(-1)]
+        s = _strides(list(x.shape))
+        self._gather(op, [x.shape[p] for p in perm], [s[p] for p in perm], 0)
+
+    def _gather(self, op, n, st, base):
+        n, (st, _) = _merge(n, st, _strides(n))
+        nn_ = self.i32s(n, "int16_t")
+        ss = self.i32s(st, "int16_t")
+        self.body.append(f"  qsa_gather4({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])} + "
+                         f"{base}, {nn_}, {ss});")
+
+    def op_slice(self, op):
+        x = self.T(op.inputs[0])
+        begin = [int(v) for v in self.T(op.inputs[1]).data.reshape(-1)]
+        size = [int(v) for v in self.T(op.inputs[2]).data.reshape(-1)]
+        size = [x.shape[k] - begin[k] if v < 0 else v for k, v in enumerate(size)]
+        s = _strides(list(x.shape))
+        base = sum(b * st for b, st in zip(begin, s, strict=True))
+        self._gather(op, size, s, base)
+
+    def op_concatenation(self, op):
+        o = self.T(op.outputs[0])
+        axis = int(op.options.get("axis", 0))
+        if axis < 0:
+            axis += len(o.shape)
+        outer = int(np.prod(o.shape[:axis]))
+        inner = int(np.prod(o.shape[axis + 1 :]))
+        _act_range(op.options.get("fusedActivationFunction", 0))
+        off = 0
+        for i in op.inputs:
+            t = self.T(i)
+            if t.s != o.s or t.zp != o.zp:
+                raise ExportError(f"CONCATENATION #{op.index}: inputs quantised unlike the output")
+            cols = t.shape[axis] * inner
+            self.body.append(f"  qsa_copy2d({self.ptr(op.outputs[0])} + {off}, "
+                             f"{o.shape[axis] * inner}, {self.ptr(i)}, {cols}, {outer}, {cols});")
+            off += cols
+
+    def _addsub(self, op, sub: int):
+        a, b, o = (self.T(i) for i in (*op.inputs, op.outputs[0]))
+        twice_max = 2 * float(max(a.s, b.s)) if not sub else None
+        if sub:  # sub_common.cc: float arithmetic, then double
+            tm = _f32(2) * max(a.s, b.s)
+            r1 = float(_f32(a.s / tm))
+            r2 = float(_f32(b.s / tm))
+            ro = float(_f32(tm / (_f32(1 << 20) * o.s)))
+        else:  # add_common.cc: double
+            r1 = float(a.s) / twice_max
+            r2 = float(b.s) / twice_max
+            ro = twice_max / ((1 << 20) * float(o.s))
+        m1, s1 = quantize_multiplier(r1)
+        m2, s2 = quantize_multiplier(r2)
+        mo, so = quantize_multiplier(ro)
+        lo, hi = _act_range(op.options.get("fusedActivationFunction", 0))
+        p = self.params("qsa_add_p", f"{{{-a.zp}, {-b.zp}, {m1}, {s1}, {m2}, {s2}, {mo}, {so}, "
+                                     f"{o.zp}, {lo}, {hi}, {sub}}}")
+        bc = self.params("qsa_bcast", _bcast(o.shape, a.shape, b.shape))
+        self.body.append(f"  qsa_add({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+                         f"{self.ptr(op.inputs[1])}, &{bc}, &{p});")
+
+    def op_add(self, op):
+        self._addsub(op, 0)
+
+    def op_sub(self, op):
+        self._addsub(op, 1)
+
+    def op_mul(self, op):
+        a, b, o = (self.T(i) for i in (*op.inputs, op.outputs[0]))
+        m, s = quantize_multiplier(float(a.s) * float(b.s) / float(o.s))
+        lo, hi = _act_range(op.options.get("fusedActivationFunction", 0))
+        p = self.params("qsa_mul_p", f"{{{-a.zp}, {-b.zp}, {m}, {s}, {o.zp}, {lo}, {hi}}}")
+        bc = self.params("qsa_bcast", _bcast(o.shape, a.shape, b.shape))
+        self.body.append(f"  qsa_mul({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+                         f"{self.ptr(op.inputs[1])}, &{bc}, &{p});")
+
+    def op_prelu(self, op):
+        x, al, o = (self.T(i) for i in (*op.inputs, op.outputs[0]))
+        m1, s1 = quantize_multiplier(float(x.s) / float(o.s))
+        m2, s2 = quantize_multiplier(float(x.s) * float(al.s) / float(o.s))
+        p = self.params("qsa_prelu_p", f"{{{-x.zp}, {-al.zp}, {m1}, {s1}, {m2}, {s2}, {o.zp}}}")
+        bc = self.params("qsa_bcast", _bcast(o.shape, x.shape, al.shape))
+        self.body.append(f"  qsa_prelu({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+                         f"{self.ptr(op.inputs[1])}, &{bc}, &{p});")
+
+    def op_logistic(self, op):
+        x, o = self.T(op.inputs[0]), self.T(op.outputs[0])
+        if o.zp != -128:
+            raise ExportError(f"LOGISTIC #{op.index}: output zero point {o.zp}, expected -128")
+        q, ls = math.frexp(float(x.s) * float(1 << 27))
+        mult = _round_away(q * (1 << 31))
+        radius = _calc_input_radius(4, ls, 31)
+        key = ("logistic", x.zp, radius, mult, ls)
+        if key not in self.dedup:
+            self.n += 1
+            self.dedup[key] = f"lut{self.n}"
+            self.lut_decls.append(f"static int8_t {self.dedup[key]}[256];")
+            self.init.append(f"  qsa_logistic_table({self.dedup[key]}, {x.zp}, {radius}, "
+                             f"{mult}, {ls});")
+            self.lut_bytes += 256
+        name = self.dedup[key]
+        self.body.append(f"  qsa_lut({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+                         f"{x.size}, {name});")
+
+    def op_rsqrt(self, op):
+        x, o = self.T(op.inputs[0]), self.T(op.outputs[0])
+        scale = 1.0 / float(_f32(np.sqrt(x.s) * o.s))
+        m, s = quantize_multiplier(scale)
+        self.body.append(f"  qsa_rsqrt({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+                         f"{x.size}, {x.zp}, {m}, {s}, {o.zp});")
+
+    def _reduce(self, op, mean: bool):
+        x, o = self.T(op.inputs[0]), self.T(op.outputs[0])
+        axes = sorted({int(a) % len(x.shape) for a in self.T(op.inputs[1]).data.reshape(-1)})
+        m, s = quantize_multiplier(float(x.s) / float(o.s))
+        count = int(np.prod([x.shape[a] for a in axes]))
+        if mean:
+            shift = 63 - (64 - int(count).bit_length())
+            shift = min(shift, 32, 31 + s)
+            m = (m << shift) // count
+            s = s - shift
+        kept = [x.shape[k] if k not in axes else 1 for k in range(len(x.shape))]
+        ks = _strides(kept)
+        os_ = [0 if k in axes else ks[k] for k in range(len(x.shape))]
+        n_out = int(np.prod(kept))
+        if n_out != o.size:
+            raise ExportError(f"{op.name} #{op.index}: {n_out} outputs, tensor has {o.size}")
+        n4, (_, os4) = _merge(list(x.shape), _strides(list(x.shape)), os_)
+        self.scratch = max(self.scratch, n_out)
+        self.body.append(f"  qsa_reduce({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+                         f"{self.i32s(n4, 'int16_t')}, {self.i32s(os4, 'int16_t')}, {n_out}, "
+                         f"{count}, {x.zp}, {m}, {s}, {o.zp}, qsa_acc);")
+
+    def op_mean(self, op):
+        self._reduce(op, True)
+
+    def op_sum(self, op):
+        self._reduce(op, False)
+
+    def op_softmax(self, op):
+        x, o = self.T(op.inputs[0]), self.T(op.outputs[0])
+        if o.zp != -128 or float(o.s) != 1.0 / 256:
+            raise ExportError(f"SOFTMAX #{op.index}: output must be scale 1/256, zero point -128")
+        beta = float(op.options.get("beta", 1.0))
+        real = min(beta * float(x.s) * float(1 << (31 - 5)), float((1 << 31) - 1))
+        m, ls = quantize_multiplier(real)
+        diff_min = -_calc_input_radius(5, ls, 31)
+        depth = x.shape[-1]
+        key = ("softmax", m, ls, diff_min)
+        if key not in self.dedup:
+            self.n += 1
+            self.dedup[key] = f"smx{self.n}"
+            self.lut_decls.append(f"static int32_t {self.dedup[key]}[256];")
+            self.init.append(f"  qsa_softmax_table({self.dedup[key]}, {m}, {ls}, {diff_min});")
+            self.lut_bytes += 1024
+        self.body.append(f"  qsa_softmax({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+                         f"{x.size // depth}, {depth}, {self.dedup[key]}, {diff_min});")
+
+    def _conv_mults(self, x, w, o, n_ch):
+        # PopulateConvolutionQuantizationParams: double arithmetic, per channel or broadcast
+        sc = list(w.scale) if w.scale.size > 1 else [w.scale[0]] * n_ch
+        ms = [quantize_multiplier(float(x.s) * float(_f32(v)) / float(o.s)) for v in sc]
+        return self.i32s([m for m, _ in ms]), self.i32s([s for _, s in ms], "int8_t")
+
+    def op_fully_connected(self, op):
+        x, w, o = self.T(op.inputs[0]), self.T(op.inputs[1]), self.T(op.outputs[0])
+        bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
+        units, depth = w.shape
+        rows = x.size // depth
+        if rows * depth != x.size or rows * units != o.size:
+            raise ExportError(f"FULLY_CONNECTED #{op.index}: {x.shape} x {w.shape} -> {o.shape}")
+        per_ch = int(w.scale.size > 1)
+        if per_ch:
+            ms = [quantize_multiplier(float(x.s) * float(_f32(sc)) / float(o.s))
+                  for sc in w.scale]
+        else:
+            ms = [quantize_multiplier(float(_f32(x.s * w.s)) / float(o.s))]
+        mm, ss = self.i32s([m for m, _ in ms]), self.i32s([s for _, s in ms], "int8_t")
+        lo, hi = _act_range(op.options.get("fusedActivationFunction", 0))
+        bvals = self.T(bias).data.astype(np.int64) if bias is not None else None
+        if w.data is not None and w.zp == 0 and (bias is None or bvals is not None):
+            # constant weights: the input offset's term folded into the bias (CMSIS-NN's
+            # kernel sums): sum_k (x + xo) w = sum_k x w + xo sum_k w
+            kb = (-x.zp) * w.data.astype(np.int64).reshape(units, depth).sum(1)
+            if bvals is not None:
+                kb = kb + bvals.reshape(units)
+            b, runtime = self.i32s(kb), 0
+        else:
+            b, runtime = (self.ptr(bias) if bias is not None else "0"), 1
+        self.macs += rows * units * depth
+        self.body.append(f"  qsa_fc({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, {-x.zp}, "
+                         f"{self.ptr(op.inputs[1])}, {-w.zp}, {b}, {rows}, {depth}, {units}, "
+                         f"{mm}, {ss}, {per_ch}, {o.zp}, {lo}, {hi}, {runtime});")
+
+    def op_batch_matmul(self, op):
+        a, b, o = self.T(op.inputs[0]), self.T(op.inputs[1]), self.T(op.outputs[0])
+        if op.options.get("adjX") or op.options.get("adjY"):
+            raise ExportError(f"BATCH_MATMUL #{op.index}: adj_x / adj_y are not supported")
+        M, K = a.shape[-2:]
+        K2, N = b.shape[-2:]
+        if K != K2:
+            raise ExportError(f"BATCH_MATMUL #{op.index}: {a.shape} x {b.shape}")
+        ba, bb = int(np.prod(a.shape[:-2])), int(np.prod(b.shape[:-2]))
+        nb = max(ba, bb)
+        if ba not in (1, nb) or bb not in (1, nb) or nb * M * N != o.size:
+            raise ExportError(f"BATCH_MATMUL #{op.index}: batch broadcast {a.shape} x {b.shape}")
+        m, s = quantize_multiplier(float(_f32(a.s * b.s)) / float(o.s))
+        self.macs += nb * M * N * K
+        a16 = "0"
+        if a.data is not None and ba == 1 and K <= 64:  # constant left operand + its offset
+            a16 = self.i32s(a.data.astype(np.int64).reshape(M, K) - a.zp, "int16_t")
+        self.body.append(f"  qsa_bmm({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+                         f"{-a.zp}, {self.ptr(op.inputs[1])}, {-b.zp}, {nb}, "
+                         f"{M * K if ba > 1 else 0}, {K * N if bb > 1 else 0}, {M}, {K}, {N}, "
+                         f"{m}, {s}, {o.zp}, {a16});")
+
+    def _conv(self, op, depthwise: bool):
+        x, w, o = self.T(op.inputs[0]), self.T(op.inputs[1]), self.T(op.outputs[0])
+        bias = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
+        nb, ih, iw, ic = x.shape
+        _, oh, ow, oc = o.shape
+        kh, kw = w.shape[1], w.shape[2]
+        sh, sw = int(op.options.get("strideH", 1)), int(op.options.get("strideW", 1))
+        dh = int(op.options.get("dilationHFactor", 1))
+        dw = int(op.options.get("dilationWFactor", 1))
+        same = int(op.options.get("padding", 0)) == 0  # schema Padding: SAME 0, VALID 1
+
+        def pad(stride, dil, in_size, k):
+            eff = (k - 1) * dil + 1
+            out = (in_size + stride - 1) // stride if same else (in_size + stride - eff) // stride
+            total = max(0, (out - 1) * stride + eff - in_size)
+            return total // 2
+
+        ph, pw = pad(sh, dh, ih, kh), pad(sw, dw, iw, kw)
+        if oc > (512 if depthwise else 64):
+            raise ExportError(f"{op.name} #{op.index}: {oc} output channels, beyond the "
+                              "kernels' stack accumulators (depthwise 512, conv 64)")
+        dm = int(op.options.get("depthMultiplier", 1)) if depthwise else 1
+        lo, hi = _act_range(op.options.get("fusedActivationFunction", 0))
+        mm, ss = self._conv_mults(x, w, o, oc)
+        p = self.params("qsa_conv_p", f"{{{nb}, {ih}, {iw}, {ic}, {oh}, {ow}, {oc}, {kh}, {kw}, "
+                                      f"{sh}, {sw}, {dh}, {dw}, {ph}, {pw}, {dm}, {-x.zp}, "
+                                      f"{o.zp}, {lo}, {hi}}}")
+        b = self.ptr(bias) if bias is not None else "0"
+        self.macs += nb * oh * ow * oc * kh * kw * (1 if depthwise else ic)
+        if depthwise:
+            self.body.append(f"  qsa_dwconv({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+                             f"{self.ptr(op.inputs[1])}, {b}, {mm}, {ss}, &{p});")
+            return
+        if w.data is None:
+            raise ExportError(f"CONV_2D #{op.index}: the filter must be a constant")
+        fsum = self.i32s(w.data.astype(np.int64).reshape(oc, kh * kw, ic).sum(-1))
+        self.body.append(f"  qsa_conv({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+                         f"{self.ptr(op.inputs[1])}, {b}, {mm}, {ss}, &{p}, {fsum});")
+
+    def op_conv_2d(self, op):
+        self._conv(op, False)
+
+    def op_depthwise_conv_2d(self, op):
+        self._conv(op, True)
+
+
+def _itemsize(dtype: str) -> int:
+    return np.dtype(dtype).itemsize
+
+
+def generate_c(tflite_path: str | os.PathLike, out_dir: str | os.PathLike,
+               debug: bool = False, header_note: str = "") -> CNetwork:
+    """Write qsa_nn.h, qsa_net.h, qsa_net.c for the int8 network in ``tflite_path``.
+
+    ``debug``: every tensor keeps its own arena slot and ``qsa_net_debug_tensors`` lists
+    them (the tests compare each op's output with TFLite-Micro's)."""
+    from qsa.fileio import atomic_write_text
+
+    from .c_kernels import QSA_NN_H
+
+    g = read_graph(tflite_path)
+    for i in g.inputs + g.outputs:
+        if g.tensors[i].dtype != "int8":
+            raise ExportError(f"graph input/output {i} is {g.tensors[i].dtype}; int8 only")
+    gen = _Gen(g, debug)
+    gen.lut_decls, gen.lut_bytes = [], 0
+    gen.plan()
+    for op in g.ops:
+        gen.emit(op)
+    # the state: graph inputs 1.. pair with graph outputs n_out-n_state.. (same shape/quant)
+    n_state = len(g.inputs) - 1
+    outs = g.outputs
+    n_net_out = len(outs) - n_state
+    pairs = list(zip(g.inputs[1:], outs[n_net_out:], strict=True))
+    for si, so in pairs:
+        a, b = g.tensors[si], g.tensors[so]
+        if a.shape != b.shape or a.s != b.s or a.zp != b.zp:
+            raise ExportError(f"state input {si} {a.shape} and output {so} {b.shape} differ in "
+                              "shape or quantisation; the C export carries state as int8")
+    x = g.tensors[g.inputs[0]]
+    net_outs = [g.tensors[i] for i in outs[:n_net_out]]
+    state_bytes = sum(g.tensors[i].size for i in g.inputs[1:])
+    scratch_bytes = 4 * max(gen.scratch, 1)
+
+    def qdesc(t: Tensor, name: str) -> dict:
+        return {"name": name, "tensor": t.index, "shape": list(t.shape), "scale": float(t.s),
+                "zero_point": t.zp, "size": t.size}
+
+    ins = [qdesc(x, "x")]
+    outs_d = [qdesc(t, f"y{k}") for k, t in enumerate(net_outs)]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    h = [
+        "/* qsa_net.h: generated by `qsa export --target c` (qsa.export.c_export).",
+        f" * {header_note}" if header_note else " *",
+        f" * int8 network: {len(g.ops)} ops, {gen.macs:,} MACs per step, weights + constants "
+        f"{gen.const_bytes:,} B,",
+        f" * activation arena {gen.arena:,} B, state {state_bytes:,} B, tables "
+        f"{gen.lut_bytes:,} B, scratch {scratch_bytes} B. */",
+        "#ifndef QSA_NET_H",
+        "#define QSA_NET_H",
+        "#include <stdint.h>",
+        "",
+        f"#define QSA_NET_IN_SIZE {x.size}",
+        f"#define QSA_NET_IN_SCALE {float(x.s)!r}f",
+        f"#define QSA_NET_IN_ZP {x.zp}",
+    ]
+    for k, t in enumerate(net_outs):
+        h += [f"#define QSA_NET_OUT{k}_SIZE {t.size}",
+              f"#define QSA_NET_OUT{k}_SCALE {float(t.s)!r}f",
+              f"#define QSA_NET_OUT{k}_ZP {t.zp}"]
+    h += ["", "/* the network's streaming state (int8, as the TFLite-Micro graph carries it) */",
+          "typedef struct {"]
+    for si, _ in pairs:
+        t = g.tensors[si]
+        h.append(f"  int8_t t{si}[{t.size}]; /* {list(t.shape)} zp {t.zp} */")
+    h += ["} qsa_net_state;", "",
+          "void qsa_net_init(qsa_net_state *st);",
+          "/* one step: x (QSA_NET_IN_SIZE int8) -> outputs; st updated in place */",
+          "void qsa_net_step(qsa_net_state *st, const int8_t *x"
+          + "".join(f", int8_t *y{k}" for k in range(len(net_outs))) + ");"]
+    if debug:
+        h += ["extern const int32_t qsa_net_debug_n;",
+              "extern const int32_t qsa_net_debug_tensor[];",
+              "extern const int32_t qsa_net_debug_offset[];",
+              "extern const int32_t qsa_net_debug_size[];",
+              "extern int8_t *qsa_net_debug_arena(void);"]
+    h += ["#endif", ""]
+
+    c = ["/* qsa_net.c: generated by `qsa export --target c` (qsa.export.c_export). */",
+         '#include "qsa_net.h"', '#include "qsa_nn.h"', "",
+         "#ifdef QSA_PROFILE /* per-op timing hook: the profiler defines qsa_mark(op) */",
+         "extern void qsa_mark(int op);", "#define QSA_MARK(k) qsa_mark(k)", "#else",
+         "#define QSA_MARK(k)", "#endif", "",
+         f"static int32_t qsa_arena_words[{(gen.arena + 3) // 4}]; /* activations */",
+         "static int8_t *const qsa_arena = (int8_t *)qsa_arena_words;",
+         f"static int32_t qsa_acc[{max(gen.scratch, 1)}]; /* MEAN / SUM accumulators */", ""]
+    c += gen.consts + gen.lut_decls + [""]
+    c += ["void qsa_net_init(qsa_net_state *st) {"]
+    for si, _ in pairs:
+        t = g.tensors[si]
+        c.append(f"  memset(st->t{si}, {t.zp}, sizeof st->t{si});")
+    c += gen.init + ["}", ""]
+    c += ["/* the op sequence is straight-line calls: optimised for size (the kernels keep -O2) */",
+          "#if defined(__GNUC__) && !defined(__clang__)",
+          "__attribute__((optimize(\"Os\")))", "#endif",
+          "void qsa_net_step(qsa_net_state *st, const int8_t *x"
+          + "".join(f", int8_t *y{k}" for k in range(len(net_outs))) + ") {",
+          f"  memcpy({gen.ptr(g.inputs[0])}, x, {x.size});"]
+    c += gen.body
+    for k, t in enumerate(net_outs):
+        c.append(f"  memcpy(y{k}, {gen.ptr(t.index)}, {t.size});")
+    for si, so in pairs:
+        c.append(f"  memcpy(st->t{si}, {gen.ptr(so)}, {g.tensors[si].size});")
+    c += ["}", ""]
+    if debug:
+        dbg = [t.index for t in g.tensors if t.data is None and t.index not in gen.state_in
+               and gen.alias.get(t.index, t.index) in gen.offset]
+        c += [f"const int32_t qsa_net_debug_n = {len(dbg)};",
+              f"const int32_t qsa_net_debug_tensor[] = {{{_c(dbg)}}};",
+              "const int32_t qsa_net_debug_offset[] = {"
+              + _c(gen.offset[gen.alias.get(i, i)] for i in dbg) + "};",
+              f"const int32_t qsa_net_debug_size[] = {{{_c(g.tensors[i].size for i in dbg)}}};",
+              "int8_t *qsa_net_debug_arena(void) { return qsa_arena; }", ""]
+    files = []
+    for name, text in (("qsa_nn.h", QSA_NN_H), ("qsa_net.h", "\n".join(h)),
+                       ("qsa_net.c", "\n".join(c))):
+        p = out_dir / name
+        atomic_write_text(p, text)
+        files.append(p)
+    return CNetwork(files, gen.arena, state_bytes, gen.weight_bytes, gen.const_bytes,
+                    scratch_bytes, gen.macs, len(g.ops), ins, outs_d, pairs,
+                    {"lut_bytes": gen.lut_bytes})
+
+
+# ---------------------------------------------------------------------------------------------
+# host build
+
+
+HOST_HARNESS = r"""/* host harness: int8 frames in (file), network outputs + new state out (file) */
+#include <stdio.h>
+#include <stdlib.h>
+#include "qsa_net.h"
+
+static qsa_net_state st;
+
+int main(int argc, char **argv) {
+  FILE *fi, *fo;
+  int8_t x[QSA_NET_IN_SIZE];
+  int8_t y0[QSA_NET_OUT0_SIZE];
+  int8_t y1[QSA_NET_OUT1_SIZE];
+  if (argc < 3) { fprintf(stderr, "usage: %s frames.i8 out.i8\n", argv[0]); return 2; }
+  fi = fopen(argv[1], "rb");
+  fo = fopen(argv[2], "wb");
+  if (!fi || !fo) { fprintf(stderr, "cannot open files\n"); return 2; }
+  qsa_net_init(&st);
+  while (fread(x, 1, sizeof x, fi) == sizeof x) {
+    qsa_net_step(&st, x, y0, y1);
+    fwrite(y0, 1, sizeof y0, fo);
+    fwrite(y1, 1, sizeof y1, fo);
+    fwrite(&st, 1, sizeof st, fo);
+#ifdef QSA_DEBUG_DUMP
+    {
+      int32_t k;
+      int8_t *a = qsa_net_debug_arena();
+      for (k = 0; k < qsa_net_debug_n; ++k)
+        fwrite(a + qsa_net_debug_offset[k], 1, (size_t)qsa_net_debug_size[k], fo);
+    }
+#endif
+  }
+  fclose(fi);
+  fclose(fo);
+  return 0;
+}
+"""
+
+
+def host_cc() -> str | None:
+    import shutil
+
+    for cc in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if cc and shutil.which(cc):
+            return cc
+    return None
+
+
+def build_host(src_dir: str | os.PathLike, harness: str = HOST_HARNESS, name: str = "qsa_host",
+               extra: tuple[str, ...] = (), sources: tuple[str, ...] = ("qsa_net.c",)) -> Path:
+    """Compile the generated C plus ``harness`` with the host C compiler (-std=c99 -Wall
+    -Werror -O2); the executable's path."""
+    cc = host_cc()
+    if cc is None:
+        raise ExportError("no host C compiler (cc / gcc / clang) on PATH; install gcc")
+    src_dir = Path(src_dir)
+    (src_dir / f"{name}_main.c").write_text(harness)
+    exe = src_dir / name
+    cmd = [cc, "-std=c99", "-O2", "-ffp-contract=off", "-fno-math-errno", "-Wall", "-Wextra",
+           "-Werror", "-Wno-unused-function",
+           "-o", str(exe), *(str(src_dir / s) for s in sources), str(src_dir / f"{name}_main.c"),
+           f"-I{src_dir}", *extra, "-lm"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ExportError(f"host C build failed ({' '.join(cmd)}):\n{r.stderr[-4000:]}")
+    return exe
+
+
+# ---------------------------------------------------------------------------------------------
+# the host DSP in C (stage b): STFT, power-law compression and their inverses around the net
+
+
+def _farray(name: str, data, per_line: int = 8) -> str:
+    flat = np.asarray(data, np.float32).reshape(-1)
+    lines = [f"static const float {name}[{flat.size}] = {{"]
+    for k in range(0, flat.size, per_line):
+        lines.append("  " + ", ".join(f"{float(v)!r}f" for v in flat[k : k + per_line]) + ",")
+    lines.append("};")
+    return "\n".join(lines)
+
+
+def _symmetric(w: np.ndarray) -> bool:
+    """A periodic window stored as its first half: w[N - n] == w[n] bit for bit."""
+    w = np.asarray(w, np.float32)
+    return bool(np.array_equal(w[1:][::-1], w[1:]))
+
+
+def _window_tables(win: np.ndarray, swin: np.ndarray) -> list[str]:
+    """The analysis / synthesis windows: one RAM copy filled at init from a half table when
+    both are the same symmetric window (flash), else two const tables."""
+    win, swin = np.asarray(win, np.float32), np.asarray(swin, np.float32)
+    n = len(win)
+    if _symmetric(win) and np.array_equal(win, swin):
+        return [_farray("qsa_win_half", win[: n // 2 + 1]),
+                "static float qsa_win[N]; /* filled at init */",
+                "#define qsa_swin qsa_win"]
+    if _symmetric(win):
+        win_half = _farray("qsa_win_half", win[: n // 2 + 1])
+        return [win_half, "static float qsa_win[N];", _farray("qsa_swin", swin)]
+    return [_farray("qsa_win", win), _farray("qsa_swin", swin)]
+
+
+def generate_dsp(step, net: CNetwork, out_dir: str | os.PathLike) -> list[Path]:
+    """``qsa_enhancer.h`` / ``qsa_enhancer.c``: the PCM API around the int8 network,
+    ``qsa_init(state)`` and ``qsa_step(state, const int16_t in[HOP], int16_t out[HOP])``:
+    the model's host DSP (``HostDSP``: windowed real FFT, |X|^c compression, quantisation of the
+    network input, dequantisation of its outputs, decompression, inverse FFT, overlap-add) in
+    float32 C, the network in int8. PCM is full scale at 32768."""
+    from qsa.fileio import atomic_write_text
+
+    dsp = step.host_dsp()
+    n, hop, nf, c = int(dsp.n_fft), int(dsp.hop), int(dsp.n_freq), float(dsp.c)
+    if n & (n - 1) or n < 2 * hop:
+        raise ExportError(f"n_fft={n}, hop={hop}: the C DSP needs a power-of-two n_fft (radix-2 "
+                          "FFT) and hop <= n_fft / 2")
+    if len(net.outputs) != 2 or net.inputs[0]["size"] != 4 * nf:
+        raise ExportError("the C DSP expects a network x (1, 4, 1, F) -> mask (F), residual (2F)")
+    if net.outputs[0]["size"] != nf or net.outputs[1]["size"] != 2 * nf:
+        raise ExportError(f"network outputs {net.outputs}; expected mask ({nf}), residual "
+                          f"({2 * nf})")
+    bits = n.bit_length() - 1
+    eps = 1e-8
+    h = [
+        "/* qsa_enhancer.h: generated by `qsa export --target c` (qsa.export.c_export).",
+        f" * PCM in, PCM out: hop {hop} samples, frame {n}, {nf} bins; DSP float32, network int8.",
+        " * void qsa_init(qsa_state *s); void qsa_step(qsa_state *s, in[HOP], out[HOP]);",
+        f" * output delayed by {n - hop} samples (the STFT). */",
+        "#ifndef QSA_ENHANCER_H", "#define QSA_ENHANCER_H", "#include <stdint.h>",
+        '#include "qsa_net.h"', "",
+        f"#define QSA_HOP {hop}", f"#define QSA_NFFT {n}", f"#define QSA_NFREQ {nf}", "",
+        "typedef struct {",
+        f"  float in_buf[{n - hop}]; /* analysis history */",
+        f"  float ola[{n - hop}];    /* overlap-add tail */",
+        "  qsa_net_state net;",
+        "} qsa_state;", "",
+        "void qsa_init(qsa_state *s);",
+        "void qsa_step(qsa_state *s, const int16_t *in, int16_t *out);",
+        "unsigned long qsa_state_bytes(void); /* sizeof(qsa_state), for bindings */",
+        "#endif", "",
+    ]
+    body = [
+        "/* qsa_enhancer.c: generated by `qsa export --target c` (qsa.export.c_export). */",
+        "#include <math.h>", "#include <string.h>", '#include "qsa_enhancer.h"', "",
+        f"#define N {n}", f"#define HOP {hop}", f"#define NF {nf}",
+        f"#define COMP {c!r}f", f"#define DECOMP {1.0 / c - 1.0!r}f", f"#define EPS {eps!r}f",
+        "",
+        *_window_tables(dsp.window, dsp.synthesis_window),
+        _farray("qsa_cos_q", np.cos(2 * np.pi * np.arange(n // 4 + 1) / n)),
+        "static float qsa_tw_re[N / 2], qsa_tw_im[N / 2]; /* e^{-2 pi i k / N}, from qsa_cos_q */",
+        f"static {'uint8_t' if n <= 256 else 'uint16_t'} qsa_rev[N];",
+        "",
+        "static void qsa_dsp_tables(void) {",
+        "  int k, b;",
+        *(["  for (k = 0; k <= N / 2; ++k) qsa_win[k] = qsa_win_half[k];",
+           "  for (k = N / 2 + 1; k < N; ++k) qsa_win[k] = qsa_win_half[N - k];"]
+          if _symmetric(dsp.window) else []),
+        "  for (k = 0; k < N / 2; ++k) {",
+        "    qsa_tw_re[k] = k <= N / 4 ? qsa_cos_q[k] : -qsa_cos_q[N / 2 - k];",
+        "    qsa_tw_im[k] = -(k <= N / 4 ? qsa_cos_q[N / 4 - k] : qsa_cos_q[k - N / 4]);",
+        "  }",
+        "  for (k = 0; k < N; ++k) {",
+        "    int r = 0;",
+        f"    for (b = 0; b < {bits}; ++b) r |= ((k >> b) & 1) << ({bits - 1} - b);",
+        "    qsa_rev[k] = r;",
+        "  }",
+        "}",
+        "",
+        "/* in-place radix-2 DIT FFT of N points, X[k] = sum x[n] e^{-2 pi i k n / N} */",
+        "static void qsa_fft(float *re, float *im) {",
+        "  int i, len, j, k;",
+        "  for (i = 0; i < N; ++i) {",
+        "    int r = qsa_rev[i];",
+        "    if (r > i) { float t = re[i]; re[i] = re[r]; re[r] = t;",
+        "                 t = im[i]; im[i] = im[r]; im[r] = t; }",
+        "  }",
+        "  for (len = 2; len <= N; len <<= 1) {",
+        "    int half = len >> 1, step = N / len;",
+        "    for (i = 0; i < N; i += len)",
+        "      for (j = 0, k = 0; j < half; ++j, k += step) {",
+        "        float wr = qsa_tw_re[k], wi = qsa_tw_im[k];",
+        "        float xr = re[i + j + half], xi = im[i + j + half];",
+        "        float tr = xr * wr - xi * wi, ti = xr * wi + xi * wr;",
+        "        re[i + j + half] = re[i + j] - tr; im[i + j + half] = im[i + j] - ti;",
+        "        re[i + j] += tr; im[i + j] += ti;",
+        "      }",
+        "  }",
+        "}",
+        "",
+        "/* log / exp in plain float32 arithmetic (no libm): the same bits on every IEEE",
+        " * target, so the host and the Cortex-M builds give equal PCM (rel. error ~1e-7) */",
+        "static float qsa_logf(float x) {",
+        "  union { float f; uint32_t u; } v;",
+        "  float m, s, s2, p;",
+        "  int e;",
+        "  v.f = x;",
+        "  e = (int)((v.u >> 23) & 0xFF) - 127;",
+        "  v.u = (v.u & 0x007FFFFFu) | 0x3F800000u; /* m in [1, 2) */",
+        "  m = v.f;",
+        "  if (m > 1.41421356f) { m *= 0.5f; ++e; }",
+        "  s = (m - 1.0f) / (m + 1.0f);",
+        "  s2 = s * s;",
+        "  p = s2 * (0.666666667f + s2 * (0.4f + s2 * (0.285714286f + s2 * 0.222222222f)));",
+        "  return (float)e * 0.693147182f + (2.0f * s + s * p);",
+        "}",
+        "",
+        "static float qsa_expf(float x) {",
+        "  union { float f; uint32_t u; } v;",
+        "  float n, r, p;",
+        "  if (x < -87.0f) return 0.0f;",
+        "  if (x > 88.0f) x = 88.0f;",
+        "  n = (float)(int)(x * 1.44269504f + (x >= 0.0f ? 0.5f : -0.5f));",
+        "  r = (x - n * 0.693145752f) - n * 1.42860677e-6f;",
+        "  p = 1.0f + r * (1.0f + r * (0.5f + r * (0.166666667f + r * (0.0416666667f",
+        "        + r * (0.00833333333f + r * 0.00138888889f)))));",
+        "  v.u = (uint32_t)((int)n + 127) << 23;",
+        "  return p * v.f;",
+        "}",
+        "",
+        "/* round half to even (as numpy.round) for |v| < 2^22: no libm rintf */",
+        "static float qsa_rint(float v) {",
+        "  volatile float big = 12582912.0f; /* 1.5 * 2^23 */",
+        "  return (v + big) - big;",
+        "}",
+        "",
+        "static int8_t qsa_q(float v, float scale, int zp) {",
+        "  float r = v / scale;",
+        "  r = qsa_rint(r < -1000.f ? -1000.f : (r > 1000.f ? 1000.f : r)) + (float)zp;",
+        "  return (int8_t)(r < -128.f ? -128 : (r > 127.f ? 127 : (int)r));",
+        "}",
+        "",
+        "void qsa_init(qsa_state *s) {",
+        "  qsa_dsp_tables();",
+        "  memset(s->in_buf, 0, sizeof s->in_buf);",
+        "  memset(s->ola, 0, sizeof s->ola);",
+        "  qsa_net_init(&s->net);",
+        "}",
+        "",
+        "unsigned long qsa_state_bytes(void) { return (unsigned long)sizeof(qsa_state); }",
+        "",
+        "void qsa_step(qsa_state *s, const int16_t *in, int16_t *out) {",
+        "  float re[N], im[N], magc[NF], cs[NF], sn[NF];",
+        "  int8_t x[4 * NF], mask[NF], res[2 * NF];",
+        "  int i;",
+        "  for (i = 0; i < N - HOP; ++i) re[i] = s->in_buf[i] * qsa_win[i];",
+        "  for (i = 0; i < HOP; ++i) {",
+        "    float v = (float)in[i] * (1.0f / 32768.0f);",
+        "    re[N - HOP + i] = v * qsa_win[N - HOP + i];",
+        "  }",
+        "  memmove(s->in_buf, s->in_buf + HOP, (N - 2 * HOP) * sizeof(float));",
+        "  for (i = 0; i < HOP; ++i)",
+        "    s->in_buf[N - 2 * HOP + i] = (float)in[i] * (1.0f / 32768.0f);",
+        "  memset(im, 0, sizeof im);",
+        "  qsa_fft(re, im);",
+        "  for (i = 0; i < NF; ++i) {",
+        "    float mag = sqrtf(re[i] * re[i] + im[i] * im[i] + EPS);",
+        "    float mc = qsa_expf(COMP * qsa_logf(mag));",
+        "    magc[i] = mc; cs[i] = re[i] / mag; sn[i] = im[i] / mag;",
+        "    x[i] = qsa_q(0.0f, QSA_NET_IN_SCALE, QSA_NET_IN_ZP);",
+        "    x[NF + i] = qsa_q(mc, QSA_NET_IN_SCALE, QSA_NET_IN_ZP);",
+        "    x[2 * NF + i] = qsa_q(mc * cs[i], QSA_NET_IN_SCALE, QSA_NET_IN_ZP);",
+        "    x[3 * NF + i] = qsa_q(mc * sn[i], QSA_NET_IN_SCALE, QSA_NET_IN_ZP);",
+        "  }",
+        "  qsa_net_step(&s->net, x, mask, res);",
+        "  for (i = 0; i < NF; ++i) {",
+        "    float m = ((float)(mask[i] - QSA_NET_OUT0_ZP) * QSA_NET_OUT0_SCALE) * magc[i];",
+        "    float r0 = (float)(res[i] - QSA_NET_OUT1_ZP) * QSA_NET_OUT1_SCALE;",
+        "    float r1 = (float)(res[NF + i] - QSA_NET_OUT1_ZP) * QSA_NET_OUT1_SCALE;",
+        "    float rc = m * cs[i] + r0, ic = m * sn[i] + r1;",
+        "    float mag = sqrtf(rc * rc + ic * ic + EPS);",
+        "    float sc = qsa_expf(DECOMP * qsa_logf(mag));",
+        "    re[i] = rc * sc; im[i] = -(ic * sc); /* conjugate: the inverse by a forward FFT */",
+        "  }",
+        "  im[0] = 0.0f; im[N / 2] = 0.0f; /* irfft ignores the DC / Nyquist imaginary parts */",
+        "  for (i = 1; i < N / 2; ++i) { re[N - i] = re[i]; im[N - i] = -im[i]; }",
+        "  qsa_fft(re, im);",
+        "  for (i = 0; i < N; ++i) {",
+        "    float v = re[i] * (1.0f / N) * qsa_swin[i];",
+        "    if (i < N - HOP) v += s->ola[i];",
+        "    if (i < HOP) {",
+        "      float o = v * 32768.0f;",
+        "      o = qsa_rint(o < -40000.f ? -40000.f : (o > 40000.f ? 40000.f : o));",
+        "      out[i] = (int16_t)(o < -32768.f ? -32768 : (o > 32767.f ? 32767 : (int)o));",
+        "    } else {",
+        "      s->ola[i - HOP] = v;",
+        "    }",
+        "  }",
+        "}",
+        "",
+    ]
+    out_dir = Path(out_dir)
+    files = []
+    for name, text in (("qsa_enhancer.h", "\n".join(h)), ("qsa_enhancer.c", "\n".join(body))):
+        p = out_dir / name
+        atomic_write_text(p, text)
+        files.append(p)
+    return files
+
+
+PCM_HARNESS = r"""/* host harness: int16 PCM in (file) -> enhanced int16 PCM out (file) */
+#include <stdio.h>
+#include "qsa_enhancer.h"
+
+static qsa_state st;
+
+int main(int argc, char **argv) {
+  FILE *fi, *fo;
+  int16_t in[QSA_HOP], out[QSA_HOP];
+  long hops = 0;
+  if (argc < 3) { fprintf(stderr, "usage: %s in.s16 out.s16\n", argv[0]); return 2; }
+  fi = fopen(argv[1], "rb");
+  fo = fopen(argv[2], "wb");
+  if (!fi || !fo) { fprintf(stderr, "cannot open %s / %s\n", argv[1], argv[2]); return 2; }
+  qsa_init(&st);
+  while (fread(in, sizeof(int16_t), QSA_HOP, fi) == QSA_HOP) {
+    qsa_step(&st, in, out);
+    fwrite(out, sizeof(int16_t), QSA_HOP, fo);
+    ++hops;
+  }
+  fclose(fi);
+  fclose(fo);
+  printf("hops %ld\n", hops);
+  return 0;
+}
+"""
+
+
+def to_pcm16(wave: np.ndarray) -> np.ndarray:
+    return np.clip(np.round(np.asarray(wave, np.float64) * 32768.0), -32768, 32767).astype(
+        np.int16)
+
+
+def run_host_pcm(exe: str | os.PathLike, pcm: np.ndarray, work: str | os.PathLike) -> np.ndarray:
+    """Stream int16 ``pcm`` through a built PCM harness; the int16 output."""
+    work = Path(work)
+    fin, fout = work / "pcm_in.s16", work / "pcm_out.s16"
+    fin.write_bytes(np.asarray(pcm, "<i2").tobytes())
+    r = subprocess.run([str(exe), str(fin), str(fout)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ExportError(f"{exe} failed ({r.returncode}): {r.stderr[-2000:]}")
+    return np.frombuffer(fout.read_bytes(), "<i2").copy()
+
+
+# ---------------------------------------------------------------------------------------------
+# Cortex-M build and QEMU run (stage c): mps2-an386 (Cortex-M4F), mps2-an500 (Cortex-M7)
+
+MCU_BOARDS = {
+    "cortex-m4": {"machine": "mps2-an386",
+                  "flags": ("-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard")},
+    "cortex-m7": {"machine": "mps2-an500",
+                  "flags": ("-mcpu=cortex-m7", "-mfpu=fpv5-d16", "-mfloat-abi=hard")},
+}
+
+MPS2_LD = """/* mps2 (QEMU mps2-an386 / mps2-an500): code in SSRAM1 at 0, data in SSRAM2/3 */
+MEMORY {
+  FLASH (rx) : ORIGIN = 0x00000000, LENGTH = 4M
+  RAM (rwx)  : ORIGIN = 0x20000000, LENGTH = 1M
+}
+ENTRY(Reset_Handler)
+SECTIONS {
+  .text : { KEEP(*(.vectors)) *(.text*) *(.rodata*) KEEP(*(.init)) KEEP(*(.fini))
+            . = ALIGN(4); } > FLASH
+  .ARM.exidx : { *(.ARM.exidx*) } > FLASH
+  _etext = .;
+  .data : AT(_etext) { _sdata = .; *(.data*) . = ALIGN(4); _edata = .; } > RAM
+  .bss (NOLOAD) : { _sbss = .; __bss_start__ = .; *(.bss*) *(COMMON) . = ALIGN(8);
+                    _ebss = .; __bss_end__ = .; } > RAM
+  end = .;
+  _end = .;
+  __stack_top = ORIGIN(RAM) + LENGTH(RAM);
+}
+"""
+
+STARTUP_C = r"""/* minimal Cortex-M startup for the mps2 boards: vector table, .data/.bss, FPU on */
+#include <stdint.h>
+extern uint32_t _etext, _sdata, _edata, _sbss, _ebss, __stack_top;
+extern int main(void);
+extern void _exit(int) __attribute__((weak)); /* semihosting exit, when linked (QEMU) */
+void Reset_Handler(void);
+static void Default_Handler(void) { for (;;) {} }
+__attribute__((section(".vectors"), used)) static void (*const vectors[16])(void) = {
+    (void (*)(void))(&__stack_top), Reset_Handler, Default_Handler, Default_Handler,
+    Default_Handler, Default_Handler, Default_Handler, 0, 0, 0, 0, Default_Handler,
+    Default_Handler, 0, Default_Handler, Default_Handler};
+void Reset_Handler(void) {
+  uint32_t *src = &_etext, *dst = &_sdata;
+  while (dst < &_edata) *dst++ = *src++;
+  for (dst = &_sbss; dst < &_ebss;) *dst++ = 0;
+  *(volatile uint32_t *)0xE000ED88 |= (0xFu << 20); /* CPACR: CP10, CP11 full access */
+  __asm volatile("dsb\n isb");
+  {
+    int rc = main();
+    if (_exit) _exit(rc);
+  }
+  for (;;) {}
+}
+"""
+
+MCU_MAIN_C = r"""/* QEMU harness: pcm_in.s16 -> qsa_step -> pcm_out.s16 through semihosting;
+ * SysTick counts per hop (under -icount shift=0 it advances with executed
+ * instructions, calibrated against a loop of known length); stack high-water of
+ * qsa_step by painting. */
+#include <stdio.h>
+#include <stdint.h>
+#include "qsa_enhancer.h"
+
+#define SYST_CSR (*(volatile uint32_t *)0xE000E010)
+#define SYST_RVR (*(volatile uint32_t *)0xE000E014)
+#define SYST_CVR (*(volatile uint32_t *)0xE000E018)
+#define PAINT 0xA5A5A5A5u
+#define PAINT_WORDS 8192
+
+extern void initialise_monitor_handles(void);
+static qsa_state st;
+static int16_t in[QSA_HOP], out[QSA_HOP];
+
+static uint32_t ticks_since(uint32_t t0) { return (t0 - SYST_CVR) & 0xFFFFFFu; }
+
+__attribute__((noinline)) static void known_loop(uint32_t n) {
+  __asm volatile("1: subs %0, %0, #1\n bne 1b" : "+r"(n));  /* 2 instructions per turn */
+}
+
+__attribute__((noinline)) static uint32_t stack_used(void (*fn)(void)) {
+  uint32_t sp, *top, *p, used = 0;
+  __asm volatile("mov %0, sp" : "=r"(sp));
+  top = (uint32_t *)(uintptr_t)(sp - 64u);
+  for (p = top - PAINT_WORDS; p < top; ++p) *p = PAINT;
+  fn();
+  for (p = top - PAINT_WORDS; p < top; ++p)
+    if (*p != PAINT) { used = (uint32_t)(top - p) * 4u; break; }
+  return used;
+}
+
+static void one_step(void) { qsa_step(&st, in, out); }
+
+int main(void) {
+  FILE *fi, *fo;
+  uint32_t t0, ticks, cal, hops = 0, stack = 0, s;
+  uint64_t total = 0;
+  uint32_t worst = 0;
+  initialise_monitor_handles();
+  SYST_RVR = 0xFFFFFFu; SYST_CVR = 0; SYST_CSR = 5u;
+  t0 = SYST_CVR; known_loop(1000000u); cal = ticks_since(t0);
+  fi = fopen("pcm_in.s16", "rb");
+  fo = fopen("pcm_out.s16", "wb");
+  if (!fi || !fo) { printf("qsa-mcu: cannot open pcm_in.s16 / pcm_out.s16\n"); return 2; }
+  setvbuf(fi, NULL, _IONBF, 0);
+  setvbuf(fo, NULL, _IONBF, 0);
+  qsa_init(&st);
+  while (fread(in, sizeof(int16_t), QSA_HOP, fi) == QSA_HOP) {
+    if (hops < 3) { s = stack_used(one_step); if (s > stack) stack = s; }
+    else {
+      t0 = SYST_CVR; one_step(); ticks = ticks_since(t0);
+      total += ticks; if (ticks > worst) worst = ticks;
+    }
+    fwrite(out, sizeof(int16_t), QSA_HOP, fo);
+    ++hops;
+  }
+  fclose(fi);
+  fclose(fo);
+  printf("qsa-mcu hops %lu calib_ticks_per_2M_insns %lu timed_hops %lu total_ticks %lu "
+         "worst_ticks %lu stack_bytes %lu\n", (unsigned long)hops, (unsigned long)cal,
+         (unsigned long)(hops > 3 ? hops - 3 : 0), (unsigned long)total, (unsigned long)worst,
+         (unsigned long)stack);
+  return 0;
+}
+"""
+
+EXAMPLE_MAIN_C = r"""/* main_example.c: the whole firmware a board needs around the model: one 8 ms
+ * hop of PCM in, one out. Replace the audio stubs with your codec driver (I2S/SAI DMA callback). */
+#include <stdint.h>
+#include "qsa_enhancer.h"
+
+static qsa_state state;           /* all of the model's RAM besides the stack */
+static volatile int16_t mic[QSA_HOP], spk[QSA_HOP];
+
+static void wait_for_hop(void) { /* block until the codec DMA filled mic[] */ }
+
+int main(void) {
+  qsa_init(&state);
+  for (;;) {
+    int16_t in[QSA_HOP], out[QSA_HOP];
+    int i;
+    wait_for_hop();
+    for (i = 0; i < QSA_HOP; ++i) in[i] = mic[i];
+    qsa_step(&state, in, out);
+    for (i = 0; i < QSA_HOP; ++i) spk[i] = out[i];
+  }
+}
+"""
+
+MAKEFILE = """# Build the qsa C export for a Cortex-M board (GNU Arm toolchain), or for the host.
+#   make            host test binary (qsa_pcm: in.s16 -> out.s16)
+#   make m4         Cortex-M4F ELF for QEMU mps2-an386 (semihosting harness)
+#   make qemu-m4    run it:  qemu-system-arm -M mps2-an386 -nographic -semihosting
+#                            -icount shift=0 -kernel qsa_m4.elf   (reads pcm_in.s16)
+# In your own firmware: add qsa_net.c qsa_enhancer.c and include qsa_enhancer.h (C99, no heap).
+CC ?= cc
+ARMCC ?= arm-none-eabi-gcc
+SRC = qsa_net.c qsa_enhancer.c
+CFLAGS = -std=c99 -O2 -ffp-contract=off -fno-math-errno -Wall -Wextra -Wno-unused-function
+M4 = -mcpu=cortex-m4 -mfpu=fpv4-sp-d16 -mfloat-abi=hard -mthumb
+M7 = -mcpu=cortex-m7 -mfpu=fpv5-d16 -mfloat-abi=hard -mthumb
+ARMLD = --specs=rdimon.specs -nostartfiles -T mcu/mps2.ld -Wl,--gc-sections
+qsa_pcm: $(SRC) qsa_pcm_main.c
+\t$(CC) $(CFLAGS) -o $@ $^ -lm
+m4: $(SRC) mcu/startup.c mcu/qsa_mcu_main.c
+\t$(ARMCC) $(CFLAGS) $(M4) -ffunction-sections -fdata-sections -I. -o qsa_m4.elf $^ $(ARMLD) -lm
+m7: $(SRC) mcu/startup.c mcu/qsa_mcu_main.c
+\t$(ARMCC) $(CFLAGS) $(M7) -ffunction-sections -fdata-sections -I. -o qsa_m7.elf $^ $(ARMLD) -lm
+qemu-m4: m4
+\tqemu-system-arm -M mps2-an386 -nographic -semihosting -icount shift=0 -kernel qsa_m4.elf
+qemu-m7: m7
+\tqemu-system-arm -M mps2-an500 -nographic -semihosting -icount shift=0 -kernel qsa_m7.elf
+"""
+
+
+def write_mcu_files(out_dir: str | os.PathLike) -> list[Path]:
+    from qsa.fileio import atomic_write_text
+
+    out_dir = Path(out_dir)
+    (out_dir / "mcu").mkdir(parents=True, exist_ok=True)
+    files = []
+    for rel, text in (("mcu/mps2.ld", MPS2_LD), ("mcu/startup.c", STARTUP_C),
+                      ("mcu/qsa_mcu_main.c", MCU_MAIN_C), ("main_example.c", EXAMPLE_MAIN_C),
+                      ("Makefile", MAKEFILE.replace("\\t", "\t")),
+                      ("qsa_pcm_main.c", PCM_HARNESS)):
+        p = out_dir / rel
+        atomic_write_text(p, text)
+        files.append(p)
+    return files
+
+
+def arm_toolchain() -> str | None:
+    """Why the Cortex-M build cannot run here (None when arm-none-eabi-gcc and
+    qemu-system-arm are both on PATH)."""
+    import shutil
+
+    missing = [t for t in ("arm-none-eabi-gcc", "arm-none-eabi-size", "qemu-system-arm")
+               if shutil.which(t) is None]
+    if missing:
+        return (f"{', '.join(missing)} not on PATH: install the Debian packages "
+                "gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm")
+    return None
+
+
+def _elf_sizes(elf: Path) -> dict[str, int]:
+    """text / rodata / data / bss of an ELF, from its section headers (GNU size -A)."""
+    r = subprocess.run(["arm-none-eabi-size", "-A", str(elf)], capture_output=True, text=True,
+                       check=True)
+    sec = {}
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].startswith(".") and parts[1].isdigit():
+            sec[parts[0]] = int(parts[1])
+    return sec
+
+
+def build_mcu(out_dir: str | os.PathLike, cpu: str = "cortex-m4", opt: str = "-O2") -> dict:
+    """Build the semihosting harness ELF and the footprint ELF (main_example.c: what a board
+    links) for ``cpu``; their paths and the footprint's flash / static RAM."""
+    why = arm_toolchain()
+    if why:
+        raise ExportError(why)
+    board = MCU_BOARDS[cpu]
+    out_dir = Path(out_dir)
+    tag = cpu.replace("cortex-", "")
+    common = ["arm-none-eabi-gcc", "-std=c99", opt, "-ffp-contract=off", "-fno-math-errno",
+              "-Wall", "-Wextra", "-Werror",
+              "-Wno-unused-function", "-mthumb", *board["flags"], "-ffunction-sections",
+              "-fdata-sections", f"-I{out_dir}", "--specs=rdimon.specs", "-nostartfiles",
+              "-T", str(out_dir / "mcu/mps2.ld"), "-Wl,--gc-sections"]
+    src = [str(out_dir / "qsa_net.c"), str(out_dir / "qsa_enhancer.c"),
+           str(out_dir / "mcu/startup.c")]
+    elf = out_dir / f"qsa_{tag}.elf"
+    foot = out_dir / f"qsa_{tag}_footprint.elf"
+    for target, main in ((elf, "mcu/qsa_mcu_main.c"), (foot, "main_example.c")):
+        cmd = [*common, "-o", str(target), *src, str(out_dir / main), "-lm"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise ExportError(f"Cortex-M build failed ({' '.join(cmd)}):\n{r.stderr[-4000:]}")
+    sec = _elf_sizes(foot)
+    text = sec.get(".text", 0) + sec.get(".ARM.exidx", 0)
+    data, bss = sec.get(".data", 0), sec.get(".bss", 0)
+    return {"cpu": cpu, "elf": str(elf), "footprint_elf": str(foot), "opt": opt,
+            "flash_bytes": text + data, "text_rodata_bytes": text, "data_bytes": data,
+            "bss_bytes": bss, "static_ram_bytes": data + bss}
+
+
+def run_qemu(elf: str | os.PathLike, cpu: str, pcm: np.ndarray, work: str | os.PathLike,
+             timeout: float = 600) -> dict:
+    """Run the harness ELF under qemu-system-arm (semihosting, -icount shift=0) on ``pcm``;
+    its int16 output, instructions per hop (SysTick, calibrated) and stack high-water."""
+    import re
+
+    work = Path(work)
+    (work / "pcm_in.s16").write_bytes(np.asarray(pcm, "<i2").tobytes())
+    out_path = work / "pcm_out.s16"
+    if out_path.exists():
+        out_path.unlink()
+    cmd = ["qemu-system-arm", "-M", MCU_BOARDS[cpu]["machine"], "-nographic", "-monitor", "none",
+           "-semihosting-config", "enable=on,target=native", "-icount", "shift=0",
+           "-kernel", str(Path(elf).resolve())]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=work, timeout=timeout)
+    m = re.search(r"qsa-mcu hops (\d+) calib_ticks_per_2M_insns (\d+) timed_hops (\d+) "
+                  r"total_ticks (\d+) worst_ticks (\d+) stack_bytes (\d+)", r.stdout)
+    if r.returncode != 0 or m is None:
+        raise ExportError(f"QEMU run failed ({r.returncode}): {r.stdout[-2000:]} "
+                          f"{r.stderr[-2000:]}")
+    hops, cal, timed, total, worst, stack = (int(v) for v in m.groups())
+    insn_per_tick = 2_000_000 / cal
+    return {"out": np.frombuffer(out_path.read_bytes(), "<i2").copy(), "hops": hops,
+            "insn_per_tick": insn_per_tick,
+            "instructions_per_hop_mean": total / max(1, timed) * insn_per_tick,
+            "instructions_per_hop_max": worst * insn_per_tick, "stack_bytes": stack,
+            "machine": MCU_BOARDS[cpu]["machine"]}
+
+
+# ---------------------------------------------------------------------------------------------
+# verification and the `qsa export --target c` entry point
+
+
+def network_frames(step, x_tensor: dict, wave: np.ndarray) -> np.ndarray:
+    """The int8 network inputs (T, size) of ``wave`` streamed through the model's host DSP,
+    quantised as the TFLite runtimes quantise them (round half to even, clip)."""
+    dsp = step.host_dsp()
+    hop = int(dsp.hop)
+    state = [np.zeros((1, dsp.n_fft - hop), np.float32), np.zeros((1, dsp.n_fft - hop),
+                                                                  np.float32)]
+    frames = []
+    scale = np.float32(x_tensor["scale"])
+    for t in range(len(wave) // hop):
+        fr = np.asarray(wave[t * hop : (t + 1) * hop], np.float32).reshape(1, hop)
+        x, _, state = dsp.analysis(fr, *state)
+        q = np.clip(np.round(x / scale) + x_tensor["zero_point"], -128, 127).astype(np.int8)
+        frames.append(q.reshape(-1))
+    return np.stack(frames)
+
+
+def tflm_network_outputs(tflite_path, frames: np.ndarray, arena_size: int = 1 << 20,
+                         n_outputs: int | None = None):
+    """Stream int8 ``frames`` through the TFLite-Micro interpreter, feeding each step's state
+    outputs back as inputs (int8, unchanged); per frame the concatenated int8 outputs. The
+    state outputs end at output ``n_outputs`` (default: the last; a debug graph appends more)."""
+    from tflite_micro.python.tflite_micro import runtime
+
+    g = read_graph(tflite_path)
+    it = runtime.Interpreter.from_file(str(tflite_path), arena_size=int(arena_size))
+    st = [np.full(g.tensors[i].shape, g.tensors[i].zp, np.int8) for i in g.inputs[1:]]
+    n_all = len(g.outputs)
+    n_out = n_all if n_outputs is None else n_outputs
+    x_shape = g.tensors[g.inputs[0]].shape
+    rows = []
+    for f in frames:
+        it.set_input(f.reshape(x_shape), 0)
+        for k, s in enumerate(st):
+            it.set_input(s, k + 1)
+        it.invoke()
+        outs = [np.asarray(it.get_output(k)).astype(np.int8) for k in range(n_all)]
+        st = [o.copy() for o in outs[n_out - len(st) : n_out]]
+        rows.append(np.concatenate([o.reshape(-1) for o in outs]))
+    return np.stack(rows)
+
+
+def c_network_outputs(exe, frames: np.ndarray, work) -> np.ndarray:
+    """The host C network (HOST_HARNESS) on the same frames, in the same layout."""
+    work = Path(work)
+    fin, fout = work / "net_in.i8", work / "net_out.i8"
+    fin.write_bytes(np.ascontiguousarray(frames, np.int8).tobytes())
+    r = subprocess.run([str(exe), str(fin), str(fout)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ExportError(f"{exe} failed ({r.returncode}): {r.stderr[-2000:]}")
+    out = np.frombuffer(fout.read_bytes(), np.int8)
+    return out.reshape(len(frames), -1)
+
+
+def verify_c(out_dir, tflite_path, step, net: CNetwork, wave: np.ndarray,
+             mcu: tuple[str, ...] = ("cortex-m4",), keep_build: bool = False) -> dict:
+    """Compile what generate_c / generate_dsp wrote with the host cc and check it:
+
+    * network: the int8 outputs and state of every step on ``wave`` equal the TFLite-Micro
+      interpreter's (``network_int8_identical``, the number of differing values);
+    * PCM: the C enhancer's int16 output against the torch step (SQNR) and against the
+      TFLite-Micro runtime with the numpy host DSP;
+    * for each of ``mcu`` when the Arm toolchain and QEMU are installed: the Cortex-M ELF
+      under qemu-system-arm, its output equal to the host build's, flash / RAM / stack and
+      instructions per hop (else the reason it was skipped)."""
+    import tempfile
+
+    import torch
+
+    from .exporters import sqnr_db
+    from .runtimes import load_runtime
+    from .step import stream_torch
+
+    out_dir = Path(out_dir)
+    rep: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="qsa-c-") as tmp:
+        work = Path(tmp)
+        for p in out_dir.glob("*.[ch]"):
+            (work / p.name).write_bytes(p.read_bytes())
+        if (out_dir / "mcu").is_dir():
+            (work / "mcu").mkdir()
+            for p in (out_dir / "mcu").iterdir():
+                (work / "mcu" / p.name).write_bytes(p.read_bytes())
+        # network, int8 against TFLite-Micro
+        frames = network_frames(step, net.inputs[0], wave)
+        exe = build_host(work, HOST_HARNESS, "qsa_net_host")
+        got = c_network_outputs(exe, frames, work)
+        want = tflm_network_outputs(tflite_path, frames)
+        if got.shape != want.shape:
+            raise ExportError(f"C network output layout {got.shape} != TFLM {want.shape}")
+        diff = int(np.count_nonzero(got != want))
+        rep["network"] = {
+            "frames": int(len(frames)), "values_per_frame": int(want.shape[1]),
+            "differing_values": diff, "network_int8_identical": diff == 0,
+            "max_abs_diff": int(np.abs(got.astype(int) - want.astype(int)).max()),
+        }
+        # PCM
+        pcm = to_pcm16(wave)
+        wq = pcm.astype(np.float32) / 32768.0
+        pexe = build_host(work, PCM_HARNESS, "qsa_pcm", sources=("qsa_net.c", "qsa_enhancer.c"))
+        y_c = run_host_pcm(pexe, pcm, work)
+        yc = y_c.astype(np.float32) / 32768.0
+        ref, _ = stream_torch(step, torch.from_numpy(wq))
+        ref = ref.numpy()
+        y_t = load_runtime("tflm", tflite_path).run_utterance(wq)
+        n = min(len(yc), len(ref), len(y_t))
+        rep["pcm"] = {
+            "samples": int(n),
+            "sqnr_db_vs_torch_fp32": round(float(sqnr_db(ref[:n], yc[:n])), 2),
+            "sqnr_db_vs_tflm": round(float(sqnr_db(y_t[:n], yc[:n])), 2),
+            "tflm_sqnr_db_vs_torch_fp32": round(float(sqnr_db(ref[:n], y_t[:n])), 2),
+        }
+        if keep_build:
+            (out_dir / "qsa_pcm").write_bytes(pexe.read_bytes())
+            (out_dir / "qsa_pcm").chmod(0o755)
+        # Cortex-M under QEMU
+        rep["mcu"] = {}
+        why = arm_toolchain()
+        for cpu in mcu:
+            if why:
+                rep["mcu"][cpu] = {"skipped": why}
+                continue
+            b = build_mcu(work, cpu)
+            r = run_qemu(b["elf"], cpu, pcm, work)
+            y_m = r.pop("out")
+            b.pop("elf")
+            b.pop("footprint_elf")
+            r["equal_to_host"] = bool(len(y_m) == len(y_c) and np.array_equal(y_m, y_c))
+            r["ram_bytes"] = b["static_ram_bytes"] + r["stack_bytes"]
+            rep["mcu"][cpu] = {**b, **r}
+    return rep
+
+
+def c_header_note(model_name: str, rep: dict | None) -> str:
+    m4 = (rep or {}).get("mcu", {}).get("cortex-m4", {})
+    if "instructions_per_hop_mean" not in m4:
+        return f"{model_name}: Cortex-M figures not measured (no Arm toolchain at export)"
+    return (f"{model_name} on Cortex-M4F (QEMU mps2-an386, -icount shift=0): flash "
+            f"{m4['flash_bytes']:,} B, RAM {m4['ram_bytes']:,} B (static {m4['static_ram_bytes']:,}"
+            f" + stack {m4['stack_bytes']:,}), {m4['instructions_per_hop_mean']:,.0f} "
+            "instructions per hop")
+
+
+def export_c(model, out_dir, model_name: str | None = None, force: bool = False,
+             verify_wave: np.ndarray | None = None, calib=None,
+             mcu: tuple[str, ...] = ("cortex-m4", "cortex-m7")):
+    """``qsa export --target c``: the TFLite-Micro int8 export (model.tflite, its report), then
+    the C99 folder generated from that file, compiled and verified (``verify_c``); the
+    report.json gets a ``c`` section and ``target: c``. Raises ExportError when the C network
+    differs from TFLite-Micro or a Cortex-M run differs from the host build."""
+    import json
+
+    from qsa.fileio import atomic_write_text
+
+    from .exporters import EXPORTERS, ExportResult
+
+    out_dir = Path(out_dir)
+    if (out_dir / "qsa_net.c").exists() and not force:
+        raise ExportError(f"{out_dir / 'qsa_net.c'} already exists; pass --force to overwrite it")
+    exp = EXPORTERS["tflm"](model, "int8", out_dir, calib=calib, verify_wave=verify_wave,
+                            model_name=model_name, force=force)
+    res = exp.run()
+    if not exp.split:
+        raise ExportError("the C export needs a model with a DSP / network split "
+                          "(qsa.export.split), such as qcgan-35k")
+    tfl = res.artifact
+    net = generate_c(tfl, out_dir, header_note=model_name or "")
+    dsp_files = generate_dsp(exp.step, net, out_dir)
+    mcu_files = write_mcu_files(out_dir)
+    rep = verify_c(out_dir, tfl, exp.step, net, np.asarray(exp.verify_wave, np.float32), mcu)
+    # the measured figures go into the generated header comment
+    net = generate_c(tfl, out_dir, header_note=c_header_note(model_name or "model", rep))
+    ok = rep["network"]["network_int8_identical"] and all(
+        v.get("equal_to_host", True) for v in rep["mcu"].values())
+    report = dict(res.report)
+    report.update({
+        "target": "c", "artifact": "qsa_net.c",
+        "tflm_artifact": tfl.name,
+        "c": {
+            "network": {"ops": net.n_ops, "macs_per_step": net.macs,
+                        "const_bytes": net.const_bytes, "weight_bytes": net.weight_bytes,
+                        "arena_bytes": net.arena_bytes, "state_bytes": net.state_bytes,
+                        "scratch_bytes": net.scratch_bytes, **net.info},
+            **rep,
+        },
+    })
+    report["verified"] = bool(report.get("verified")) and bool(ok)
+    atomic_write_text(out_dir / "report.json", json.dumps(report, indent=2) + "\n")
+    files = list(res.files) + net.files + dsp_files + mcu_files
+    if not ok:
+        raise ExportError(f"{out_dir}: the C build does not reproduce TFLite-Micro / the host "
+                          f"build: {json.dumps(rep['network'])}, mcu {json.dumps(rep['mcu'])}")
+    return ExportResult("c", "int8", out_dir / "qsa_net.c", out_dir / "report.json", report,
+                        files)
+
+
+def eval_utterances(n: int = 20) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``n`` (clean, noisy) pairs: espeak-ng sentences in several voices at 0 / 5 / 10 dB SNR
+    (synthetic speech where espeak-ng is absent); deterministic."""
+    import itertools
+
+    from .calib import SENTENCES, espeak_speech, noisy, synthetic_speech
+
+    voices = ("en-us", "en-gb+m3", "en-us+f3", "en-gb+f2")
+    out = []
+    for k, (sent, voice) in enumerate(itertools.product(SENTENCES, voices)):
+        if len(out) == n:
+            break
+        clean = espeak_speech(sent, voice=voice)
+        if clean is None:
+            clean = synthetic_speech(2.0, seed=k)
+        out.append((clean, noisy(clean, (0.0, 5.0, 10.0)[k % 3], seed=k)))
+    return out
+
+
+def pesq_c_vs_tflm(pcm_exe, tflite_path, pairs, delay: int, work) -> dict:
+    """PESQ-WB of the C enhancer (``pcm_exe``) and of the TFLite-Micro runtime (numpy host DSP)
+    on each (clean, noisy) pair, outputs aligned by ``delay`` samples."""
+    from qsa.metrics.scores import pesq_score
+
+    from .runtimes import load_runtime
+
+    rt = load_runtime("tflm", tflite_path)
+    c_scores, t_scores = [], []
+    for clean, noisy_ in pairs:
+        pcm = to_pcm16(noisy_)
+        y_c = run_host_pcm(pcm_exe, pcm, work).astype(np.float32) / 32768.0
+        y_t = rt.run_utterance(pcm.astype(np.float32) / 32768.0)
+        n = min(len(y_c), len(y_t)) - delay
+        ref = np.asarray(clean[:n], np.float64)
+        c_scores.append(pesq_score(ref, y_c[delay : delay + n]))
+        t_scores.append(pesq_score(ref, y_t[delay : delay + n]))
+    c, t = np.asarray(c_scores), np.asarray(t_scores)
+    return {"utterances": len(pairs), "pesq_wb_c": float(c.mean()),
+            "pesq_wb_tflm": float(t.mean()), "mean_abs_diff": float(np.abs(c - t).mean()),
+            "max_abs_diff": float(np.abs(c - t).max()), "pesq_wb_c_each": c.tolist(),
+            "pesq_wb_tflm_each": t.tolist()}
+
+
+# ---------------------------------------------------------------------------------------------
+# the C build as a qsa runtime (kind "c"), for `qsa compare` and the runtime tests
+
+
+class CRuntime:
+    """The generated C enhancer (PCM in, PCM out) as a streaming runtime: the folder's C is
+    compiled with the host cc into a shared library and called through ctypes, one hop per
+    ``step``; the state is the ``qsa_state`` struct's bytes (float32 values 0..255, so it
+    round-trips the Runtime interface unchanged). Float frames map to int16 at full scale
+    32768, as ``to_pcm16``."""
+
+    kind = "c"
+
+    def __new__(cls, folder):
+        from .runtimes import Runtime
+
+        class _CRuntime(Runtime):
+            kind = "c"
+
+            def __init__(self, folder):
+                import ctypes
+                import re
+                import tempfile
+
+                folder = Path(folder)
+                self.source = str(folder / "qsa_net.c")
+                cc = host_cc()
+                if cc is None:
+                    raise ExportError("the c runtime needs a host C compiler (cc/gcc/clang)")
+                self._tmp = tempfile.TemporaryDirectory(prefix="qsa-c-rt-")
+                so = Path(self._tmp.name) / "libqsa.so"
+                cmd = [cc, "-std=c99", "-O2", "-ffp-contract=off", "-fno-math-errno", "-shared",
+                       "-fPIC", "-o", str(so), str(folder / "qsa_net.c"),
+                       str(folder / "qsa_enhancer.c"), f"-I{folder}", "-lm"]
+                r = subprocess.run(cmd, capture_output=True, text=True)
+                if r.returncode != 0:
+                    raise ExportError(f"c runtime build failed: {r.stderr[-2000:]}")
+                self._lib = ctypes.CDLL(str(so))
+                self._lib.qsa_state_bytes.restype = ctypes.c_ulong
+                self._nbytes = int(self._lib.qsa_state_bytes())
+                hop = int(re.search(r"#define QSA_HOP (\d+)",
+                                    (folder / "qsa_enhancer.h").read_text()).group(1))
+                super().__init__(hop, [(self._nbytes,)])
+
+            def init_state(self):
+                import ctypes
+
+                buf = (ctypes.c_uint8 * self._nbytes)()
+                self._lib.qsa_init(buf)
+                return [np.frombuffer(buf, np.uint8).astype(np.float32)]
+
+            def _run(self, inputs):
+                import ctypes
+
+                frame, state = inputs
+                buf = (ctypes.c_uint8 * self._nbytes).from_buffer_copy(
+                    np.asarray(state, np.float32).reshape(-1).astype(np.uint8).tobytes())
+                pcm = to_pcm16(np.asarray(frame, np.float32).reshape(-1))
+                out = np.zeros(self.hop, np.int16)
+                self._lib.qsa_step(buf, pcm.ctypes.data_as(ctypes.c_void_p),
+                                   out.ctypes.data_as(ctypes.c_void_p))
+                return [(out.astype(np.float32) / 32768.0).reshape(1, self.hop),
+                        np.frombuffer(buf, np.uint8).astype(np.float32)]
+
+        return _CRuntime(folder)

@@ -1,0 +1,260 @@
+"""qcgan-35k as generated C99 (`qsa export --target c`, qsa.export.c_export), run for real.
+
+One full export (the TFLite-Micro int8 artifact, then the C folder generated from it, built
+with the host cc and verified), then:
+
+* the network's int8 outputs and state equal TFLite-Micro's on every step of a real utterance,
+  and a debug build equals it on every intermediate tensor (each op's kernel checked);
+* the PCM API (C DSP around the int8 network) against torch and TFLite-Micro, SQNR and PESQ-WB
+  on 20 utterances;
+* the Cortex-M4 / M7 ELFs under qemu-system-arm equal the host build (skipped, with the reason,
+  only where the Arm toolchain or QEMU is not installed), with flash / RAM / instructions.
+"""
+
+import logging
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from qsa.export.c_export import (
+    HOST_HARNESS,
+    PCM_HARNESS,
+    arm_toolchain,
+    build_host,
+    c_network_outputs,
+    eval_utterances,
+    generate_c,
+    host_cc,
+    network_frames,
+    pesq_c_vs_tflm,
+    quantize_multiplier,
+    read_graph,
+    tflm_network_outputs,
+)
+
+logging.getLogger("torch.__trace").propagate = False
+
+needs_cc = pytest.mark.skipif(host_cc() is None, reason="no host C compiler (cc/gcc/clang)")
+
+
+@pytest.fixture(scope="module")
+def model():
+    import qsa
+
+    return qsa.load("qcgan-35k").eval()
+
+
+@pytest.fixture(scope="module")
+def c_export(model, tmp_path_factory):
+    if host_cc() is None:
+        pytest.skip("no host C compiler (cc/gcc/clang)")
+    from qsa.export.c_export import export_c
+
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("qcgan35k-c")
+    return export_c(model, out, model_name="qcgan-35k")
+
+
+# -- fast: the fixed-point primitives against an independent Python reference ---------------
+
+def _srdhm(a: int, b: int) -> int:
+    if a == b == -(2**31):
+        return 2**31 - 1
+    ab = a * b
+    nudge = (1 << 30) if ab >= 0 else 1 - (1 << 30)
+    v = ab + nudge
+    return (abs(v) >> 31) * (1 if v >= 0 else -1)  # C division: truncation towards zero
+
+
+def _rdbpot(x: int, e: int) -> int:
+    mask = (1 << e) - 1
+    rem = x & mask
+    thr = (mask >> 1) + (1 if x < 0 else 0)
+    return (x >> e) + (1 if rem > thr else 0)
+
+
+def _mbqm(x: int, m: int, shift: int) -> int:
+    ls, rs = max(shift, 0), max(-shift, 0)
+    v = (x << ls) & 0xFFFFFFFF
+    v = v - (1 << 32) if v >= 1 << 31 else v
+    return _rdbpot(_srdhm(v, m), rs)
+
+
+@needs_cc
+def test_fixed_point_primitives_match_reference(tmp_path):
+    """qsa_srdhm / qsa_rdbpot / qsa_mbqm (the requantisation every kernel ends with) against
+    gemmlowp's definitions written out in Python, on random and edge values."""
+    from qsa.export.c_kernels import QSA_NN_H
+
+    rng = np.random.default_rng(0)
+    xs = [int(v) for v in rng.integers(-(2**20), 2**20, 300)] + [0, 1, -1, 2**31 - 1, -(2**31)]
+    ms = [int(v) for v in rng.integers(2**30, 2**31 - 1, 300)] + [2**30, 2**31 - 1] * 2 + [1]
+    shifts = [int(v) for v in rng.integers(-12, 3, 305)]
+    (tmp_path / "qsa_nn.h").write_text(QSA_NN_H)
+    (tmp_path / "t.c").write_text(
+        '#include <stdio.h>\n#include "qsa_nn.h"\nint main(void){long a,b;int s;'
+        'while(scanf("%ld %ld %d",&a,&b,&s)==3) printf("%d %d %d\\n",'
+        "qsa_srdhm((int32_t)a,(int32_t)b),qsa_rdbpot((int32_t)a,s<0?-s:s),"
+        "qsa_mbqm((int32_t)(a>>8),(int32_t)b,s));return 0;}\n")
+    exe = tmp_path / "t"
+    subprocess.run([host_cc(), "-std=c99", "-O2", "-Wno-unused-function", "-o", str(exe),
+                    str(tmp_path / "t.c"), f"-I{tmp_path}"], check=True)
+    lines = "\n".join(f"{a} {b} {s}" for a, b, s in zip(xs, ms, shifts, strict=True))
+    got = subprocess.run([str(exe)], input=lines, capture_output=True, text=True, check=True)
+    for (a, b, s), row in zip(zip(xs, ms, shifts, strict=True), got.stdout.splitlines(),
+                              strict=True):
+        want = (_srdhm(a, b), _rdbpot(a, abs(s)), _mbqm(a >> 8, b, s))
+        assert tuple(int(v) for v in row.split()) == want, (a, b, s)
+
+
+def test_quantize_multiplier_matches_tflite():
+    """QuantizeMultiplier: Q0.31 significand, round half away from zero, 2^31 carried."""
+    assert quantize_multiplier(0.5) == (1 << 30, 0)
+    assert quantize_multiplier(1.0) == (1 << 30, 1)
+    assert quantize_multiplier(0.0) == (0, 0)
+    m, s = quantize_multiplier(0.0123)
+    assert 2**30 <= m < 2**31 and abs(m * 2.0 ** (s - 31) - 0.0123) < 1e-9
+    assert quantize_multiplier(1 - 2**-40) == (1 << 30, 1)  # rounds up to 2^31: carried
+
+
+# -- the export --------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_c_network_equals_tflm_on_real_frames(c_export):
+    """The export's own check: every int8 output and state value of every step on the
+    verification utterance equal TFLite-Micro's."""
+    net = c_export.report["c"]["network"]
+    assert net["network_int8_identical"] and net["differing_values"] == 0
+    assert net["frames"] >= 100 and net["values_per_frame"] > 6000
+    assert c_export.report["verified"]
+    names = {p.name for p in c_export.files}
+    assert {"qsa_nn.h", "qsa_net.h", "qsa_net.c", "qsa_enhancer.c", "qsa_enhancer.h",
+            "main_example.c", "Makefile", "model.tflite"} <= names
+
+
+@pytest.mark.slow
+@needs_cc
+def test_every_intermediate_tensor_equals_tflm(c_export, model, tmp_path):
+    """A debug build keeps every tensor; each op's output equals TFLite-Micro's on 25 real
+    frames (the interpreter made to output all of them), so every kernel is checked where
+    it runs, not only through the network's outputs."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as S
+
+    tfl = c_export.artifact.parent / "model.tflite"
+    net = generate_c(tfl, tmp_path, debug=True)
+    exe = build_host(tmp_path, HOST_HARNESS, "dbg", extra=("-DQSA_DEBUG_DUMP",))
+    txt = (tmp_path / "qsa_net.c").read_text()
+    dbg = [int(v) for v in txt.split("qsa_net_debug_tensor[] = {")[1].split("}")[0].split(",")]
+    g = read_graph(tfl)
+    m = S.ModelT.InitFromPackedBuf(bytearray(tfl.read_bytes()), 0)
+    m.subgraphs[0].outputs = np.asarray(list(g.outputs) + dbg, np.int32)
+    b = flatbuffers.Builder(1024)
+    b.Finish(m.Pack(b), file_identifier=b"TFL3")
+    all_out = tmp_path / "all_outputs.tflite"
+    all_out.write_bytes(bytes(b.Output()))
+    from qsa.export.calib import verification_utterance
+
+    wave = np.asarray(verification_utterance(), np.float32)
+    frames = network_frames(model.step_module(), net.inputs[0], wave)[:25]
+    want = tflm_network_outputs(all_out, frames, arena_size=4 << 20, n_outputs=len(g.outputs))
+    got = c_network_outputs(exe, frames, tmp_path)
+    n_main = sum(g.tensors[i].size for i in g.outputs)
+    assert want.shape == got.shape and want.shape[1] == n_main + sum(g.tensors[i].size
+                                                                     for i in dbg)
+    # the C dump: outputs, the state struct (the graph's state outputs, in order), then every
+    # debug tensor, as the interpreter lists them
+    for k in range(len(frames)):
+        bad = np.flatnonzero(got[k] != want[k])
+        assert bad.size == 0, f"frame {k}: {bad.size} values differ, first at {bad[0]}"
+    assert len(dbg) > 200 and net.macs > 0  # every op's output
+
+
+@pytest.mark.slow
+def test_c_pcm_parity(c_export):
+    """PCM in, PCM out: the C DSP + int8 network against torch (the int8 floor, as close as the
+    TFLite-Micro runtime gets) and against TFLite-Micro with the numpy DSP (float32 rounding
+    only: the network integers are the same)."""
+    from qsa.export import INT8_SQNR_FLOOR_DB
+
+    pcm = c_export.report["c"]["pcm"]
+    assert pcm["sqnr_db_vs_torch_fp32"] >= INT8_SQNR_FLOOR_DB
+    assert abs(pcm["sqnr_db_vs_torch_fp32"] - pcm["tflm_sqnr_db_vs_torch_fp32"]) < 0.5
+    assert pcm["sqnr_db_vs_tflm"] >= 50.0
+
+
+@pytest.mark.slow
+@needs_cc
+def test_c_pesq_within_002_of_tflm_on_20_utterances(c_export, tmp_path):
+    """Acceptance: PESQ-WB of the C build within 0.02 of the TFLite-Micro runtime, averaged
+    over 20 noisy utterances (and per utterance within 0.05)."""
+    src = c_export.artifact.parent
+    for p in src.glob("*.[ch]"):
+        (tmp_path / p.name).write_bytes(p.read_bytes())
+    exe = build_host(tmp_path, PCM_HARNESS, "pcm", sources=("qsa_net.c", "qsa_enhancer.c"))
+    r = pesq_c_vs_tflm(exe, src / "model.tflite", eval_utterances(20), 128, tmp_path)
+    assert r["utterances"] == 20
+    assert abs(r["pesq_wb_c"] - r["pesq_wb_tflm"]) <= 0.02, r
+    assert r["max_abs_diff"] <= 0.05, r
+
+
+@pytest.mark.slow
+@needs_cc
+def test_generated_folder_builds_with_its_makefile(c_export, tmp_path):
+    """The folder is self-contained: its Makefile builds the host binary with -Werror -pedantic
+    (C99, nothing outside the folder)."""
+    import shutil
+
+    if shutil.which("make") is None:
+        pytest.skip("make not installed")
+    src = c_export.artifact.parent
+    for p in list(src.glob("*.[ch]")) + [src / "Makefile"]:
+        (tmp_path / p.name).write_bytes(p.read_bytes())
+    r = subprocess.run(["make", "qsa_pcm", f"CC={host_cc()}", "CFLAGS=-std=c99 -pedantic -O2 "
+                        "-Wall -Wextra -Werror -Wno-unused-function -ffp-contract=off"],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    head = (src / "qsa_net.h").read_text()
+    assert "MACs per step" in head and "activation arena" in head
+    assert ("Cortex-M figures not measured" in head) == (arm_toolchain() is not None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cpu", ["cortex-m4", "cortex-m7"])
+def test_cortex_m_under_qemu_equals_host(c_export, cpu):
+    """The ELF built with arm-none-eabi-gcc -O2 (hard float) runs the utterance under
+    qemu-system-arm and its PCM equals the host build's; flash, RAM and instructions are
+    measured (acceptance for the M4: flash <= 64 KB with all code, RAM <= 48 KB with stack)."""
+    why = arm_toolchain()
+    if why:
+        pytest.skip(why)
+    r = c_export.report["c"]["mcu"][cpu]
+    assert r["equal_to_host"], r
+    assert r["hops"] == c_export.report["c"]["network"]["frames"]
+    assert 0 < r["stack_bytes"] < 16384 and r["flash_bytes"] > 35000
+    assert r["instructions_per_hop_mean"] > 100_000  # counted, not estimated
+    assert r["ram_bytes"] <= 48 * 1024, r
+    if cpu == "cortex-m4":
+        assert r["flash_bytes"] <= 64 * 1024, r
+
+
+@pytest.mark.slow
+@needs_cc
+def test_c_runtime_streams_like_the_host_build(c_export, tmp_path):
+    """CRuntime (kind "c": the folder built as a shared library, called through ctypes with
+    the state as bytes) streams the utterance hop by hop to the same PCM as the host binary."""
+    from qsa.export.c_export import CRuntime, run_host_pcm, to_pcm16
+    from qsa.export.calib import verification_utterance
+
+    src = c_export.artifact.parent
+    rt = CRuntime(src)
+    wave = np.asarray(verification_utterance(), np.float32)
+    y = rt.run_utterance(wave)
+    assert rt.kind == "c" and rt.hop == 128 and y.shape == (len(wave) // 128 * 128,)
+    for p in src.glob("*.[ch]"):
+        (tmp_path / p.name).write_bytes(p.read_bytes())
+    exe = build_host(tmp_path, PCM_HARNESS, "pcm", sources=("qsa_net.c", "qsa_enhancer.c"))
+    host = run_host_pcm(exe, to_pcm16(wave), tmp_path).astype(np.float32) / 32768.0
+    np.testing.assert_array_equal(y, host[: len(y)])
