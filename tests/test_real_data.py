@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from qsa.data import real
+from qsa.data.synth import _prepare_out
 from qsa.errors import QsaError
 
 MISSING = real.missing_packages()
@@ -134,7 +135,7 @@ def test_missing_packages_are_named_with_the_install_command(monkeypatch, tmp_pa
 def test_bad_arguments_are_refused(tmp_path):
     (tmp_path / "keep.txt").write_text("user data")
     with pytest.raises(QsaError, match="holds no qsa corpus"):
-        real._prepare_out(tmp_path, force=True)
+        _prepare_out(tmp_path, force=True)
     assert (tmp_path / "keep.txt").exists()
     with pytest.raises(QsaError, match="--hours"):
         real.make_real_corpus(tmp_path / "x", hours=0)

@@ -47,7 +47,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import shutil
 import struct
 import subprocess
 import time
@@ -507,26 +506,6 @@ def build_item(job: tuple[int, str, int, float]) -> tuple[dict, np.ndarray, np.n
 # --------------------------------------------------------------------------- corpus
 
 
-def _prepare_out(out: Path, force: bool) -> None:
-    from qsa.fileio import ensure_dir
-
-    if out.exists() and not out.is_dir():
-        raise QsaError(f"{out} is a file; the corpus needs a folder")
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise QsaError(f"{out} is not empty; pick an empty folder or pass --force to "
-                           "replace the corpus in it")
-        if not ((out / "manifest.jsonl").exists() or (out / "corpus.json").exists()):
-            raise QsaError(f"{out} is not empty and holds no qsa corpus (no manifest.jsonl); "
-                           "refusing to delete anything there; pick another folder")
-        for sub in SPLITS:
-            if (out / sub).is_dir():
-                shutil.rmtree(out / sub)
-        for f in ("manifest.jsonl", "corpus.json"):
-            (out / f).unlink(missing_ok=True)
-    ensure_dir(out, "corpus folder")
-
-
 def _package_versions() -> dict[str, str]:
     try:
         res = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Version}\\n", *PACKAGES],
@@ -549,11 +528,9 @@ def make_real_corpus(
     summary (also written to ``out/corpus.json``). Items are made by ``workers`` spawned
     processes (0: in this process) and written in index order; each split stops at the
     first item that reaches its share of ``hours``."""
-    from tqdm import tqdm
-
-    from qsa.audio.io import write_audio
     from qsa.fileio import atomic_write_text
-    from qsa.workers import spawn_pool
+
+    from .synth import _prepare_out, build_splits
 
     if not hours > 0:
         raise QsaError(f"--hours {hours} must be > 0 (e.g. 0.05 for a test corpus)")
@@ -571,32 +548,8 @@ def make_real_corpus(
     _prepare_out(out, force)
     atomic_write_text(out / "corpus.json", json.dumps({"status": "incomplete"}) + "\n")
     t0 = time.perf_counter()
-    ex = spawn_pool(workers) if workers > 0 else None
-    records: list[dict] = []
-    totals = {}
-    bar = tqdm(total=round(hours * 3600), unit="s", desc="real", disable=not progress)
-    try:
-        for split in SPLITS:
-            target = hours * 3600 * SPLIT_FRACTIONS[split]
-            total, index, batch = 0.0, 0, max(8, 8 * workers)
-            while total < target:
-                jobs = [(seed, split, i, synth_share) for i in range(index, index + batch)]
-                results = ex.map(build_item, jobs) if ex else map(build_item, jobs)
-                for record, clean, noisy in results:
-                    if total >= target:
-                        break  # deterministic stop: items in index order until the target
-                    write_audio(out / record["clean"], clean, SR, force=True)
-                    write_audio(out / record["noisy"], noisy, SR, force=True)
-                    records.append(record)
-                    total += record["duration"]
-                    bar.update(round(record["duration"]))
-                index += batch
-            totals[split] = {"items": sum(r["split"] == split for r in records),
-                             "hours": round(total / 3600, 4)}
-    finally:
-        bar.close()
-        if ex:
-            ex.shutdown(cancel_futures=True)
+    records, totals = build_splits(out, hours, lambda split, i: (seed, split, i, synth_share),
+                                   build_item, workers, progress, "real")
     atomic_write_text(out / "manifest.jsonl",
                       "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
     summary = {

@@ -381,6 +381,45 @@ def _write_item(out: Path, record: dict, clean: np.ndarray, noisy: np.ndarray) -
     write_audio(out / record["noisy"], noisy, SR, force=True)
 
 
+def build_splits(out: Path, hours: float, job: Callable[[str, int], tuple],
+                 build: Callable, workers: int, progress: bool, desc: str,
+                 ) -> tuple[list[dict], dict]:
+    """Make and write the items of every split in index order until each reaches its share
+    of ``hours`` (a deterministic stop); ``build(job(split, index))`` gives (record, clean
+    int16, noisy int16) and runs in ``workers`` spawned processes (0: here). Returns the
+    manifest records and the per-split totals. Shared by ``qsa data synth`` and ``real``."""
+    from tqdm import tqdm
+
+    from qsa.workers import spawn_pool
+
+    ex = spawn_pool(workers) if workers > 0 else None
+    records: list[dict] = []
+    totals = {}
+    bar = tqdm(total=round(hours * 3600), unit="s", desc=desc, disable=not progress)
+    try:
+        for split in SPLITS:
+            target = hours * 3600 * SPLIT_FRACTIONS[split]
+            total, index, batch = 0.0, 0, max(4, 4 * workers)
+            while total < target:
+                jobs = [job(split, i) for i in range(index, index + batch)]
+                results = ex.map(build, jobs) if ex else map(build, jobs)
+                for record, clean, noisy in results:
+                    if total >= target:
+                        break  # deterministic stop: items in index order until the target
+                    _write_item(out, record, clean, noisy)
+                    records.append(record)
+                    total += record["duration"]
+                    bar.update(round(record["duration"]))
+                index += batch
+            totals[split] = {"items": sum(r["split"] == split for r in records),
+                             "hours": round(total / 3600, 4)}
+    finally:
+        bar.close()
+        if ex:
+            ex.shutdown(cancel_futures=True)
+    return records, totals
+
+
 def make_corpus(
     out: str | Path,
     hours: float,
@@ -396,10 +435,7 @@ def make_corpus(
     workers needs the ``if __name__ == "__main__":`` guard) and written in index order; each
     split stops at the first item that reaches its share of ``hours``.
     """
-    from tqdm import tqdm
-
     from qsa.fileio import atomic_write_text
-    from qsa.workers import spawn_pool
 
     if not hours > 0:
         raise QsaError(f"--hours {hours} must be > 0 (e.g. 0.02 for a test corpus)")
@@ -411,31 +447,8 @@ def make_corpus(
     # marker first, so an interrupted build can be replaced with --force
     atomic_write_text(out / "corpus.json", json.dumps({"status": "incomplete"}) + "\n")
     t0 = time.perf_counter()
-    ex = spawn_pool(workers) if workers > 0 else None
-    records: list[dict] = []
-    totals = {}
-    bar = tqdm(total=round(hours * 3600), unit="s", desc="synth", disable=not progress)
-    try:
-        for split in SPLITS:
-            target = hours * 3600 * SPLIT_FRACTIONS[split]
-            total, index, batch = 0.0, 0, max(4, 4 * workers)
-            while total < target:
-                jobs = [(seed, split, i, reverb) for i in range(index, index + batch)]
-                results = ex.map(build_item, jobs) if ex else map(build_item, jobs)
-                for record, clean, noisy in results:
-                    if total >= target:
-                        break  # deterministic stop: items in index order until the target
-                    _write_item(out, record, clean, noisy)
-                    records.append(record)
-                    total += record["duration"]
-                    bar.update(round(record["duration"]))
-                index += batch
-            totals[split] = {"items": sum(r["split"] == split for r in records),
-                             "hours": round(total / 3600, 4)}
-    finally:
-        bar.close()
-        if ex:
-            ex.shutdown(cancel_futures=True)
+    records, totals = build_splits(out, hours, lambda split, i: (seed, split, i, reverb),
+                                   build_item, workers, progress, "synth")
     elapsed = time.perf_counter() - t0
     atomic_write_text(out / "manifest.jsonl",
                       "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
