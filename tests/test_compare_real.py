@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from qsa.data import real
@@ -28,6 +29,12 @@ def test_compare_reads_real_corpus_and_scores_dnsmos(tmp_path):
                   limit=2, workers=0, threads=1, progress=False, log=None, dnsmos=True)
     assert len(res.names) == 2 and all(n.split("_")[0] in ("june", "carlo") for n in res.names)
     noisy, model = res.rows
+    from qsa.audio.io import read_audio
+    from qsa.metrics.dnsmos import dnsmos
+
+    direct = np.mean([dnsmos(read_audio(corpus / "test" / "noisy" / f"{n}.wav")[0])["ovrl"]
+                      for n in res.names])
+    assert abs(noisy.dnsmos_ovrl - direct) < 1e-3, (noisy.dnsmos_ovrl, direct)
     for r in (noisy, model):
         assert 1.0 <= r.dnsmos_ovrl <= 5.0, r
         assert r.counts["dnsmos_ovrl"] == 2

@@ -40,7 +40,9 @@ SPEECH = Path("/usr/share/asterisk/sounds/fr_CA_f_June/pbx-invalid.g722")
 def speech() -> np.ndarray:
     g722 = pytest.importorskip("G722")
     if not SPEECH.is_file():
-        pytest.skip(f"{SPEECH} missing: apt-get install asterisk-core-sounds-fr-g722")
+        from syspkgs import require
+
+        require(["asterisk-core-sounds-fr-g722"], f"{SPEECH} missing")
     pcm = g722.G722(16000, 64000).decode(SPEECH.read_bytes())  # int16 array.array
     return np.asarray(pcm, dtype=np.float32) / 32768.0
 
