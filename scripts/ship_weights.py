@@ -346,6 +346,7 @@ def main() -> None:
             ("lr", "lr_g"), ("lr-d", "lr_d"), ("metric-start", "metric_start"),
             ("d-warmup", "d_warmup"), ("stoi-weight", "stoi_weight"),
             ("sisdr-weight", "sisdr_weight"), ("pesq-weight", "pesq_weight"),
+            ("balance-weight", "balance_weight"), ("max-balance-db", "max_balance_db"),
             ("band-limit", "band_limit"), ("threads", "threads"), ("seed", "seed"),
             ("init", "init")) if tc.get(key)]
         + ([f"--select {tc['select']}"] if tc.get("select", "pesq") != "pesq" else []))

@@ -323,3 +323,39 @@ def _checkpoint_meta(out: Path) -> dict:
 
     with safe_open(str(out / "checkpoint.safetensors"), "pt") as f:
         return f.metadata()
+
+
+def test_balance_loss_sees_a_muffled_output_and_gates_the_best_epoch(tmp_path):
+    """--balance-weight: 0 for an output with the target's long-term spectrum (whatever its
+    gain per frame), large for a low-passed one, refused when negative; --max-balance-db keeps
+    a tilted epoch out of MODEL.best.qsa however good its PESQ."""
+    import scipy.signal as ss
+
+    from qsa.errors import ConfigError
+    from qsa.models.discriminator import GeneratorLosses, LossConfig, balance_loss, band_balance_db
+    from qsa.train.se import TrainConfig, Trainer
+
+    g = torch.Generator().manual_seed(0)
+    clean = torch.randn(2, 24000, generator=g, dtype=torch.float64)
+    assert balance_loss(clean, clean.clone()).item() < 1e-12
+    muffled = torch.from_numpy(ss.sosfilt(ss.butter(2, 1000, fs=16000, output="sos"),
+                                          clean.numpy()))
+    b = band_balance_db(clean, muffled)[0]
+    assert b[0] > -1.5 and b[-1] < -20  # 200-400 Hz kept, 5-7 kHz down by > 20 dB
+    assert balance_loss(clean, muffled).item() > 1.0
+    assert abs(balance_loss(clean, 0.5 * clean).item() - (6.02 / 10) ** 2) < 1e-3
+    with pytest.raises(ConfigError, match="balance_weight=-1"):
+        LossConfig(balance_weight=-1)
+    with pytest.raises(ConfigError, match="max_balance_db=-2"):
+        TrainConfig(max_balance_db=-2)
+    _, parts = GeneratorLosses(LossConfig(balance_weight=0.1)).generator_loss(
+        clean.float(), muffled.float())
+    assert parts["balance"] > 1.0
+
+    class _T:  # the gate alone, on a bare Trainer
+        cfg = TrainConfig(out=str(tmp_path), max_balance_db=6, select="pesq")
+        rank, state = 0, {"best_val": None}
+        best_path = tmp_path / "best.qsa"
+    Trainer._keep_best(_T, {"val_pesq": 3.0, "epoch": 0, "global_step": 1,
+                            "val_balance_db": [0.0, 7.5, -1.0]})
+    assert _T.state["best_val"] is None and not _T.best_path.exists()

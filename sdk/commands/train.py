@@ -47,6 +47,13 @@ def register(sub) -> None:
     p.add_argument("--pesq-weight", type=float, default=0.0,
                    help="weight of the differentiable PESQ-WB proxy loss, 1 - (PESQ - 1) / 3.5 "
                         "(qsa.models.pesq_loss; 0: off)")
+    p.add_argument("--balance-weight", type=float, default=0.0,
+                   help="weight of the spectral-balance loss: the squared band energy of the "
+                        "output over the clean target's, in 10 dB units, 200 Hz-7 kHz (0: off;"
+                        " keeps a PESQ-driven fine-tune from muffling the speech)")
+    p.add_argument("--max-balance-db", type=float, default=0.0, metavar="DB",
+                   help="MODEL.best.qsa keeps no epoch whose validation output leaves +-DB "
+                        "per band against the clean speech (0: no gate; 6 as the tests)")
     p.add_argument("--select", default="pesq", choices=("pesq", "pesq+stoi"),
                    help="which validation epoch MODEL.best.qsa keeps: the best PESQ-WB, or "
                         "the best (PESQ-WB - 1) / 3.5 + STOI")
@@ -67,7 +74,9 @@ def run(args) -> int:
         val_items=args.val_items, ckpt_every=args.ckpt_every,
         threads=args.threads, init=args.init, device=args.device,
         stoi_weight=args.stoi_weight, sisdr_weight=args.sisdr_weight,
-        pesq_weight=args.pesq_weight, select=args.select, band_limit=args.band_limit,
+        pesq_weight=args.pesq_weight, select=args.select,
+        balance_weight=args.balance_weight, max_balance_db=args.max_balance_db,
+        band_limit=args.band_limit,
     )
     from pathlib import Path
 

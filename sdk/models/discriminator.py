@@ -118,6 +118,7 @@ class LossConfig:
     stoi_weight: float = 0.0
     sisdr_weight: float = 0.0
     pesq_weight: float = 0.0
+    balance_weight: float = 0.0
     n_fft: int = 400
     hop: int = 100
     compress: float = 0.3
@@ -125,7 +126,7 @@ class LossConfig:
 
     def __post_init__(self):
         for name in ("magnitude_weight", "complex_weight", "time_weight", "metric_weight",
-                     "stoi_weight", "sisdr_weight", "pesq_weight"):
+                     "stoi_weight", "sisdr_weight", "pesq_weight", "balance_weight"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}={getattr(self, name)}; loss weights must be >= 0 "
                                   "(0 turns the term off)")
@@ -233,6 +234,36 @@ def stoi_loss(clean: torch.Tensor, enhanced: torch.Tensor, sr: int = 16000) -> t
     return torch.stack(losses).mean()
 
 
+# band edges (Hz) of the spectral-balance loss and of tests/test_spectral_balance.py
+BALANCE_EDGES = (200, 400, 800, 1600, 3200, 5000, 7000)
+
+
+def band_balance_db(clean: torch.Tensor, enhanced: torch.Tensor, sr: int = 16000,
+                    edges: tuple[int, ...] = BALANCE_EDGES) -> torch.Tensor:
+    """Per item and band, 10 log10(enhanced band energy / clean band energy), (B, bands).
+
+    The energy of each band over the whole crop (a long-term spectrum), so the measure sees a
+    tilt or a muffled output and not the frame-by-frame suppression of noise."""
+    spec_c = torch.fft.rfft(clean, dim=-1).abs().pow(2)
+    spec_e = torch.fft.rfft(enhanced, dim=-1).abs().pow(2)
+    f = torch.fft.rfftfreq(clean.shape[-1], 1.0 / sr).to(clean.device)
+    rows = []
+    for a, b in zip(edges[:-1], edges[1:], strict=True):
+        m = ((f >= a) & (f < b)).to(clean.dtype)
+        ec = (spec_c * m).sum(-1)
+        ee = (spec_e * m).sum(-1)
+        floor = 1e-6 * spec_c.sum(-1) + 1e-10  # a band the clean crop lacks does not explode
+        rows.append(10.0 * torch.log10((ee + floor) / (ec + floor)))
+    return torch.stack(rows, dim=-1)
+
+
+def balance_loss(clean: torch.Tensor, enhanced: torch.Tensor, sr: int = 16000) -> torch.Tensor:
+    """Mean squared band balance in units of 10 dB: 0 for an output with the clean crop's
+    long-term spectrum, 1 for a band 10 dB off. Counters the tilt that the PESQ proxy and the
+    MetricGAN critic reward (docs/training.md, "Real voices")."""
+    return (band_balance_db(clean, enhanced, sr) / 10.0).pow(2).mean()
+
+
 def metric_loss(d_enhanced: torch.Tensor) -> torch.Tensor:
     """Least-squares metric loss pushing D(clean, enhanced) toward 1 (best PESQ)."""
     return torch.mean((d_enhanced - 1.0) ** 2)
@@ -287,6 +318,9 @@ class GeneratorLosses:
 
             parts["pesq_proxy"] = pesq_loss(clean, enhanced)
             loss = loss + c.pesq_weight * parts["pesq_proxy"]
+        if c.balance_weight > 0:
+            parts["balance"] = balance_loss(clean, enhanced)
+            loss = loss + c.balance_weight * parts["balance"]
         if d_enhanced is not None:
             parts["metric"] = metric_loss(d_enhanced)
             loss = loss + c.metric_weight * parts["metric"]

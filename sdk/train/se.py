@@ -70,6 +70,9 @@ class TrainConfig:
     stoi_weight: float = 0.0  # differentiable-STOI loss weight (LossConfig.stoi_weight)
     sisdr_weight: float = 0.0  # -SI-SDR/10 loss weight (LossConfig.sisdr_weight)
     pesq_weight: float = 0.0  # differentiable PESQ-WB proxy loss weight (LossConfig)
+    balance_weight: float = 0.0  # spectral-balance loss weight (LossConfig.balance_weight)
+    max_balance_db: float = 0.0  # >0: MODEL.best.qsa skips epochs whose validation balance
+    #                              leaves +-this many dB in some band (0: no gate)
     band_limit: float = 0.0  # share of crops band-limited like a capture chain (CropDataset)
     select: str = "pesq"  # which validation epoch MODEL.best.qsa keeps (SELECT_METRICS)
     version: int = 1
@@ -88,7 +91,7 @@ class TrainConfig:
         if self.d_warmup > 0 and not self.metric_gan:
             raise ConfigError(f"d_warmup={self.d_warmup} trains only the discriminator, which "
                               "metric_gan=False turns off; drop one of them")
-        for name in ("stoi_weight", "sisdr_weight", "pesq_weight"):
+        for name in ("stoi_weight", "sisdr_weight", "pesq_weight", "balance_weight"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}={getattr(self, name)}; loss weights must be >= 0 "
                                   "(0 turns the term off)")
@@ -100,6 +103,9 @@ class TrainConfig:
         if not 0.0 <= self.band_limit <= 1.0:
             raise ConfigError(f"band_limit={self.band_limit}; expected a share in 0..1 "
                               "(0: off; 0.5 band-limits half of the crops)")
+        if self.max_balance_db < 0:
+            raise ConfigError(f"max_balance_db={self.max_balance_db}; expected dB > 0 "
+                              "(6 keeps only epochs within +-6 dB per band) or 0 for no gate")
         if self.select not in SELECT_METRICS:
             raise ConfigError(f"select={self.select!r}; expected one of "
                               f"{', '.join(SELECT_METRICS)}")
@@ -335,8 +341,10 @@ class Trainer:
         ok = np.isfinite(p) & np.isfinite(p0)
         ok_s = np.isfinite(s) & np.isfinite(s0)
         nan = float("nan")
+        bal = validation_balance_db(refs, degs)
         return {"val_pesq": float(np.mean(p[ok])), "val_pesq_noisy": float(np.mean(p0[ok])),
                 "val_items": int(ok.sum()),
+                "val_balance_db": [round(float(v), 2) for v in bal],
                 "val_stoi": float(np.mean(s[ok_s])) if ok_s.any() else nan,
                 "val_stoi_noisy": float(np.mean(s0[ok_s])) if ok_s.any() else nan}
 
@@ -396,6 +404,10 @@ class Trainer:
         score = selection_score(sel, rec)
         if self.rank != 0 or score is None:
             return
+        bal = rec.get("val_balance_db")
+        if self.cfg.max_balance_db > 0 and bal and max(abs(v) for v in bal) > \
+                self.cfg.max_balance_db:
+            return  # a tilted epoch is never kept, whatever its PESQ
         best = self.state.get("best_val")
         if best is not None:
             # a checkpoint written before "score" existed ranked by PESQ alone
@@ -428,6 +440,16 @@ def model_card(cfg: TrainConfig, steps: int, epochs: int, val: dict, world: int)
     if cfg.init:
         card["init"] = cfg.init
     return card
+
+
+def validation_balance_db(refs, degs) -> np.ndarray:
+    """Mean over items of the band balance (dB per band, qsa.models.discriminator)."""
+    from ..models.discriminator import band_balance_db
+
+    rows = [band_balance_db(torch.from_numpy(np.asarray(r, np.float64))[None],
+                            torch.from_numpy(np.asarray(d, np.float64))[None])[0].numpy()
+            for r, d in zip(refs, degs, strict=True)]
+    return np.mean(rows, axis=0)
 
 
 def _stoi_all(refs, degs) -> np.ndarray:
@@ -510,7 +532,8 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
     gen = gen.to(device)
     losses = GeneratorLosses(LossConfig(stoi_weight=cfg.stoi_weight,
                                         sisdr_weight=cfg.sisdr_weight,
-                                        pesq_weight=cfg.pesq_weight))
+                                        pesq_weight=cfg.pesq_weight,
+                                        balance_weight=cfg.balance_weight))
     trainer = Trainer(cfg, dataset, _val_pairs(val_set, cfg.val_items) if rank == 0 else [],
                       gen, disc, losses, progress=progress)
     files = []
