@@ -129,7 +129,8 @@ def build_entrants(
         weights = Path(mname) if Path(mname).is_file() else shipped_weights(mname)
         packed_bytes = weights.stat().st_size if weights is not None else 0
         info = _model_info(model)
-        trained = "shipped weights" if weights is not None else "UNTRAINED preset (smoke test)"
+        trained = ("UNTRAINED preset (smoke test)" if weights is None
+                   else f"packed file {mname}" if Path(mname).is_file() else "shipped weights")
         for rt in runtimes:
             for prec in precisions:
                 label = f"{mname} {prec} ({rt})"
