@@ -128,6 +128,15 @@ def _corpus_json(spec: str) -> dict | None:
 
 def training_data(spec: str) -> tuple[str, dict[str, str], list[str]]:
     """(one-line description, licences {source: licence}, notes) of a run's ``--data``."""
+    from qsa.data.readers import _is_mixture
+
+    if _is_mixture(spec):  # "real:DIR+synth:DIR": every corpus, items alternating
+        parts = [training_data(p) for p in spec.split("+")]
+        licences: dict[str, str] = {}
+        for _, lic, _ in parts:
+            licences.update(lic)
+        return ("items alternating between " + "; and ".join(w for w, _, _ in parts),
+                licences, [n for _, _, notes in parts for n in notes])
     kind, _, path = spec.partition(":")
     c = _corpus_json(spec)
     if kind == "synth":

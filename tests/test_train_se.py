@@ -359,3 +359,25 @@ def test_balance_loss_sees_a_muffled_output_and_gates_the_best_epoch(tmp_path):
     Trainer._keep_best(_T, {"val_pesq": 3.0, "epoch": 0, "global_step": 1,
                             "val_balance_db": [0.0, 7.5, -1.0]})
     assert _T.state["best_val"] is None and not _T.best_path.exists()
+
+
+def test_a_mixture_of_corpora_alternates_and_trains(corpus, tmp_path):
+    """--data A+B (kinded specs joined by '+'): one set holding every item of both, alternating,
+    each named after its corpus; a folder whose name holds '+' stays a folder."""
+    import os
+
+    from qsa.data.readers import parse_data_spec
+
+    one = parse_data_spec(f"synth:{corpus}", split="train")
+    both = parse_data_spec(f"synth:{corpus}+real:{corpus}", split="train")
+    assert len(both) == 2 * len(one)
+    assert [p.name for p in both[:4]] == [f"synth:{one[0].name}", f"real:{one[0].name}",
+                                          f"synth:{one[1].name}", f"real:{one[1].name}"]
+    plus = tmp_path / "a+b"
+    os.symlink(corpus / "test" / "noisy", plus)
+    assert len(parse_data_spec(str(plus))) == len(parse_data_spec(f"synth:{corpus}"))
+    r = subprocess.run(train_args(corpus, tmp_path / "run", "--max-steps", "2")[:4]
+                       + [f"synth:{corpus}+synth:{corpus}"]
+                       + train_args(corpus, tmp_path / "run", "--max-steps", "2")[5:],
+                       capture_output=True, text=True, env=ENV, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]

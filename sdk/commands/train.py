@@ -8,7 +8,9 @@ def register(sub) -> None:
                        description="Runs data-parallel under torchrun --nproc-per-node N.")
     p.add_argument("model", help="model preset, e.g. qcgan-35k, qcgan-0.89m")
     p.add_argument("--data", required=True,
-                   help="synth:DIR | voicebank:DIR | dns:DIR (paired train/val sets)")
+                   help="synth:DIR | real:DIR | voicebank:DIR | dns:DIR (paired train/val "
+                        "sets); several joined by '+' train on all of them, items "
+                        "alternating (real:data/real+synth:data/synth)")
     p.add_argument("--out", default=None, help="run folder (default runs/MODEL)")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--max-steps", type=int, default=0, help="stop after N steps (0: no cap)")

@@ -23,6 +23,7 @@ for training.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -269,8 +270,29 @@ def read_folder(root: str | os.PathLike, sr: int = DEFAULT_SR) -> PairSet:
     return PairSet(pairs, "folder", root, f"audio files under {root}")
 
 
+def _is_mixture(spec: str) -> bool:
+    parts = spec.split("+")
+    return len(parts) > 1 and all(p.partition(":")[0] in DATA_KINDS[:-1] and ":" in p
+                                  for p in parts)
+
+
 def parse_data_spec(spec: str, split: str = "test", sr: int = DEFAULT_SR) -> PairSet:
-    """``--data`` value to a PairSet: "synth:DIR", "voicebank:DIR", "dns:DIR" or "DIR"."""
+    """``--data`` value to a PairSet: "synth:DIR", "real:DIR", "voicebank:DIR", "dns:DIR" or
+    "DIR"; several kinded specs joined by ``+`` ("real:data/real+synth:data/synth") give one
+    set whose items alternate between the corpora (so the first N validation items hold
+    each of them), each item named after its corpus."""
+    if _is_mixture(spec):
+        sets = [parse_data_spec(p, split, sr) for p in spec.split("+")]
+        mixed: list[Pair] = []
+        for i in range(max(len(s) for s in sets)):
+            for s in sets:
+                if i < len(s):
+                    p = s[i]
+                    mixed.append(dataclasses.replace(p, name=f"{s.kind}:{p.name}"))
+        out = PairSet([], "mixture", sets[0].root, " + ".join(s.description or s.kind
+                                                                for s in sets))
+        out.pairs = mixed  # interleaved, not re-sorted by name
+        return out
     kind, sep, rest = spec.partition(":")
     if not sep or kind not in DATA_KINDS:
         kind, rest = "folder", spec
