@@ -40,6 +40,7 @@ test: setup
 bench: setup
 	$(PY) bench/attention_speed.py
 	$(PY) bench/se_peers.py --throughput
+	$(PY) bench/cli_startup.py --out bench/out
 
 clean:
 	rm -rf demo_out build *.egg-info .pytest_cache .ruff_cache

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:  # torch loads with the first model: `qsa info` lists models without it
+    from torch import nn
 
 
 def shipped_weights(name: str) -> Path | None:

@@ -111,3 +111,11 @@ def test_unwritable_output_is_a_clean_error(tmp_path, args):
     assert f"{blocker} is a file, not a folder" in r.stderr
     assert blocker.read_text() == "a file, not a folder"
     assert [p.name for p in out.iterdir()] == ["taken"]
+
+
+def test_enhance_defaults_to_one_thread():
+    """torch's default (a thread per core) ran `qsa enhance` 3-9x slower on a busy 2-core
+    machine than one thread (bench/cli_startup.py measures it); the default is one."""
+    from qsa.cli import build_parser
+
+    assert build_parser().parse_args(["enhance", "in.wav", "out.wav"]).threads == 1

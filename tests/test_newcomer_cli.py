@@ -271,3 +271,61 @@ def test_info_says_which_models_have_shipped_weights():
     table = qsa("info").stdout
     assert any(line.split()[:1] == ["qcgan-35k"] and line.rstrip().endswith("shipped")
                for line in table.splitlines())
+
+
+# qsa info answered in 4.2 s: it built every preset to count parameters. It now reads a
+# table and imports no torch; the table must stay equal to what the presets build.
+def test_info_param_table_is_every_preset_as_built():
+    from qsa.commands.info import PRESET_PARAMS
+    from qsa.models.registry import build_model, preset_config, preset_names
+
+    assert sorted(PRESET_PARAMS) == preset_names(), "add the new preset to PRESET_PARAMS"
+    built = {n: sum(p.numel() for p in build_model(preset_config(n)).parameters())
+             for n in preset_names()}
+    assert built == PRESET_PARAMS
+
+
+HEAVY = ("torch", "torchao", "executorch", "ai_edge_litert", "litert_torch", "onnx",
+         "onnxruntime", "tflite_micro", "scipy", "matplotlib", "pesq", "pystoi")
+
+
+def imported_by(*argv) -> tuple[set[str], subprocess.CompletedProcess]:
+    """The heavy top-level packages that `qsa ARGV` imports (run in a fresh interpreter)."""
+    code = ("import json, sys\nfrom qsa.cli import main\nrc = main(sys.argv[1:])\n"
+            "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})), "
+            "file=sys.stderr)\nsys.exit(rc)")
+    r = subprocess.run([sys.executable, "-c", code, *map(str, argv)], capture_output=True,
+                       text=True, timeout=300, env=ENV)
+    assert r.returncode == 0, r.stderr
+    return set(json.loads(r.stderr.splitlines()[-1])) & set(HEAVY), r
+
+
+# start-up: a plain torch enhance loads torch, not the export stack or the metrics
+def test_info_and_enhance_import_only_what_they_use(tmp_path):
+    mods, r = imported_by("info", "--json")
+    assert mods == set(), mods  # find_spec looks for the runtimes without importing them
+    assert json.loads(r.stdout)["runtimes"]["torch"] is True
+    src = tmp_path / "one.wav"
+    sf.write(src, np.zeros(1, np.float32), 16000)
+    mods, r = imported_by("enhance", src, tmp_path / "o.wav", "--quiet")
+    assert mods == {"torch"}, mods
+    assert sf.info(str(tmp_path / "o.wav")).frames == 1
+
+
+# progress: per file and for the folder on stderr (with ETA), one stdout line per finished
+# file and nothing else there, the 100% line once per file; --quiet: stderr empty
+def test_enhance_progress_on_stderr_results_on_stdout(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    for name in ("a.wav", "b.wav"):
+        tone(src / name, seconds=21.0, subtype="PCM_16")  # 10 s chunks: 3 progress calls
+    r = qsa("enhance", src, tmp_path / "out", "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"{src / n} -> {tmp_path / 'out' / n} (21.0 s)"
+                                     for n in ("a.wav", "b.wav")]
+    err = r.stderr.splitlines()
+    assert any("a.wav:" in ln and "ETA" in ln and "folder [1/2]" in ln for ln in err), err
+    assert [ln.split(":")[0].strip() for ln in err if "100.0%" in ln] == ["a.wav", "b.wav"]
+    assert any("b.wav: 100.0%" in ln and "folder [2/2] 100%" in ln for ln in err), err
+    r = qsa("enhance", src / "a.wav", tmp_path / "a.wav", "--quiet")
+    assert r.returncode == 0 and r.stderr == "" and r.stdout.count("\n") == 1, r
