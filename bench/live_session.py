@@ -8,15 +8,27 @@ app's own ``--json-stats``. A benchmark, not a test: nothing is asserted.
     .venv/bin/python bench/live_session.py                      # 10 minutes, qcgan-35k
     .venv/bin/python bench/live_session.py --minutes 1 --model reference-lowpass
     .venv/bin/python bench/live_session.py --model qcgan-35k --runtime litert --precision int8
+    .venv/bin/python bench/live_session.py --virtual-mic --minutes 10
+
+``--virtual-mic``: the app writes into its virtual microphone (``qsa live --virtual-mic``)
+instead of the sink, and a second client (``parec``, as a call application would) records the
+virtual source for the whole session. First the start-up is timed: ``--startup-runs`` short
+runs after one unmeasured run (so the model's export cache and the OS file cache are warm),
+each from launching the command to the first enhanced sample arriving in the virtual source
+(wall time, and the CPU time the app had used by then: on a loaded host wall time stretches,
+CPU time much less).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -83,6 +95,98 @@ def host_reference(n: int = 400) -> dict:
     return out
 
 
+class SourceRecorder:
+    """``parec`` on a source, read in a thread: sample count, the arrival time (monotonic)
+    of the first sample above ``threshold``, and the number of non-finite or > 1 samples."""
+
+    def __init__(self, env: dict, source: str, rate: int, threshold: float = 1e-3):
+        self.proc = subprocess.Popen(
+            ["parec", "-d", source, "--format=float32le", f"--rate={rate}", "--channels=1",
+             "--raw", "--latency-msec=5"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        self.threshold = threshold
+        self.samples = 0
+        self.bad = 0
+        self.peak = 0.0
+        self.first_signal_t: float | None = None
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        rest = b""
+        fd = self.proc.stdout.fileno()
+        while chunk := os.read(fd, 4096):
+            t = time.monotonic()
+            chunk = rest + chunk
+            n = len(chunk) // 4
+            rest = chunk[n * 4 :]
+            y = np.frombuffer(chunk[: n * 4], np.float32)
+            self.samples += n
+            ok = np.isfinite(y)
+            self.bad += int((~ok).sum() + (np.abs(y[ok]) > 1.0).sum())
+            if ok.any():
+                self.peak = max(self.peak, float(np.abs(y[ok]).max()))
+            if self.first_signal_t is None and (np.abs(y[ok]) > self.threshold).any():
+                self.first_signal_t = t
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+        self._thread.join(timeout=10)
+
+
+def _source_exists(env: dict, name: str) -> bool:
+    out = subprocess.run(["pactl", "list", "short", "sources"], env=env, capture_output=True,
+                         text=True).stdout  # fmt: skip
+    return any(ln.split("\t")[1:2] == [name] for ln in out.splitlines())
+
+
+def _cpu_s(pid: int) -> float | None:
+    """CPU time (user + system, s) of a running process, from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def startup_time(pa, cmd: list[str], rate: int, name: str = "qsa_mic") -> dict:
+    """One start of ``cmd`` (a --virtual-mic session on a file with signal from its first
+    sample): seconds from launch to the virtual source's appearance and to the first enhanced
+    sample in it (a parec client, connected as soon as the source exists), and the app's CPU
+    seconds by then. The app is stopped with SIGINT once the signal has arrived."""
+    t0 = time.monotonic()
+    app = subprocess.Popen(cmd, env=pa.env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)  # fmt: skip
+    rec = None
+    try:
+        while not _source_exists(pa.env, name):
+            if app.poll() is not None:
+                raise RuntimeError(f"qsa live ended before its source appeared: "
+                                   f"{app.stderr.read()[-2000:]}")  # fmt: skip
+            time.sleep(0.005)
+        t_source = time.monotonic() - t0
+        rec = SourceRecorder(pa.env, name, rate)
+        cpu = None
+        while rec.first_signal_t is None and app.poll() is None:
+            time.sleep(0.002)
+            cpu = _cpu_s(app.pid) if rec.first_signal_t is None else cpu
+        if rec.first_signal_t is None:
+            raise RuntimeError(f"no enhanced audio in the virtual source: "
+                               f"{app.stderr.read()[-2000:]}")  # fmt: skip
+        t_audio = rec.first_signal_t - t0
+        app.send_signal(signal.SIGINT)
+        app.wait(timeout=60)
+    finally:
+        app.kill()
+        if rec is not None:
+            rec.stop()
+    return {"source_s": round(t_source, 3), "enhanced_audio_s": round(t_audio, 3),
+            "app_cpu_s": cpu}  # fmt: skip
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--minutes", type=float, default=10.0)
@@ -93,6 +197,10 @@ def main(argv=None) -> int:
     p.add_argument("--latency", default="high", help="PortAudio latency (app default: high)")
     p.add_argument("--samplerate", type=int, default=SR, help="device rate (16000: no resampling)")
     p.add_argument("--jitter-ms", type=float, help="the app's --jitter-ms (default: one block)")
+    p.add_argument("--virtual-mic", action="store_true",
+                   help="write into `qsa live --virtual-mic` and record it with parec")
+    p.add_argument("--startup-runs", type=int, default=3,
+                   help="--virtual-mic: timed starts after one warm-up start (default: 3)")
     p.add_argument("--out", type=Path, help="write the result as JSON here")
     args = p.parse_args(argv)
 
@@ -103,18 +211,36 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as d, PrivatePulse({"loop": args.samplerate}) as pa:
         wav = Path(d) / "noisy.wav"
         sf.write(wav, noisy_speech(args.minutes * 60), SR, subtype="FLOAT")
+        route = ["--virtual-mic"] if args.virtual_mic else ["-i", "pulse", "-o", "pulse"]
         cmd = [
             sys.executable, "-m", "qsa.cli", "live", "--model", args.model,
-            "--runtime", args.runtime, "--precision", args.precision, "-i", "pulse",
-            "-o", "pulse", "--samplerate", str(args.samplerate), "--block-ms",
+            "--runtime", args.runtime, "--precision", args.precision, *route,
+            "--samplerate", str(args.samplerate), "--block-ms",
             str(args.block_ms), "--latency", args.latency, "--input-file", str(wav),
             "--json-stats",
         ]  # fmt: skip
         if args.jitter_ms is not None:
             cmd += ["--jitter-ms", str(args.jitter_ms)]
+        startup, rec = None, None
+        if args.virtual_mic:
+            short = Path(d) / "short.wav"
+            sf.write(short, noisy_speech(5.0), SR, subtype="FLOAT")
+            scmd = [str(short) if c == str(wav) else c for c in cmd]
+            runs = [startup_time(pa, scmd, args.samplerate) for _ in range(args.startup_runs + 1)]
+            startup = {"runs": runs[1:], "first_run_unmeasured": runs[0],
+                       "enhanced_audio_s_median": float(np.median(
+                           [r["enhanced_audio_s"] for r in runs[1:]]))}  # fmt: skip
         t0 = time.monotonic()
-        r = subprocess.run(cmd, env=pa.env_for("loop", "loop.monitor"), capture_output=True,
-                           text=True)  # fmt: skip
+        app = subprocess.Popen(cmd, env=pa.env_for("loop", "loop.monitor"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if args.virtual_mic:
+            while not _source_exists(pa.env, "qsa_mic") and app.poll() is None:
+                time.sleep(0.01)
+            rec = SourceRecorder(pa.env, "qsa_mic", args.samplerate)
+        out, err = app.communicate()
+        if rec is not None:
+            rec.stop()
+        r = subprocess.CompletedProcess(cmd, app.returncode, out, err)
         wall = time.monotonic() - t0
     lines = [json.loads(s) for s in r.stdout.splitlines() if s.startswith("{")]
     if r.returncode != 0 or not lines:
@@ -161,6 +287,12 @@ def main(argv=None) -> int:
         "latency_ms": final["latency_ms"],
         "priority": final.get("priority"),
         "host_reference": host,
+        "virtual_mic": None if not args.virtual_mic else {
+            "startup": startup,
+            "second_client": {"samples": rec.samples,
+                              "seconds": round(rec.samples / args.samplerate, 1),
+                              "nonfinite_or_over_1": rec.bad, "peak": round(rec.peak, 4)},
+        },  # fmt: skip
         "note": "hop_ms_* cover the last 4096 hops (~33 s); session_* every hop",
     }
     print(json.dumps(result, indent=2))

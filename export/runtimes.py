@@ -13,6 +13,12 @@ XNNPACK delegate, ``executorch.runtime``), ``litert`` (``ai_edge_litert`` interp
 give int8 tensors; the runtime quantises inputs and dequantises outputs with the tensors' own
 scale/zero point, so callers always see float32.
 
+``load_runtime(..., atten_lim_db=DB)`` (or ``AttenLimitedRuntime(runtime, DB, delay)``) adds the
+strength control of ``qsa enhance --atten-lim`` to any runtime, on the host around the graph:
+``out = (1 - g) * y + g * x[n - delay]``, ``g = 10 ** (-DB / 20)``, with the ``delay``-sample
+input delay line as one more state tensor, so a device build runs the same two multiply-adds
+per sample (the exported graph is unchanged).
+
 Every file-based runtime first runs ``qsa.export.validate.check_artifact`` on the file (magic,
 size, structure; and the sha256 that the exporter's report.json next to it records, when there
 is one) and hands the native runtime the checked bytes, so a truncated or altered artifact is
@@ -367,8 +373,95 @@ class TFLMRuntime(Runtime):
         return [self.io.decode(k, it.get_output(k)) for k in range(len(self.io.outs))]
 
 
-def load_runtime(kind: str, artifact, host_dsp: bool = True, **kwargs) -> Runtime:
+class AttenLimitedRuntime(Runtime):
+    """``runtime`` with its output mixed with its input (the strength control):
+    ``out = (1 - g) * y + g * x_delayed``, ``g = 10 ** (-atten_lim_db / 20)``, ``x_delayed``
+    the input ``delay`` samples earlier (the step's output delay, n_fft - hop for an STFT
+    model, so the two line up). The state is the wrapped runtime's plus the delay line
+    ``(1, delay)`` (the last ``delay`` input samples), last; ``atten_lim_db`` may be changed
+    between steps (it takes effect at once: a live app ramps it, see
+    ``qsa.apps.live.processors.AttenLimited``)."""
+
+    def __init__(self, runtime: Runtime, atten_lim_db: float | None, delay: int):
+        from qsa.enhancement import check_atten_lim
+
+        self.inner = runtime
+        self.kind = runtime.kind
+        self.source = runtime.source
+        if isinstance(delay, bool) or not isinstance(delay, int | np.integer) or delay < 0:
+            raise ExportError(f"delay={delay!r}: expected the step's output delay in samples, "
+                              "an int >= 0 (n_fft - hop for an STFT model)")
+        self.delay = int(delay)
+        self._check = check_atten_lim
+        self.atten_lim_db = atten_lim_db
+        super().__init__(runtime.hop, [*runtime.state_shapes, (1, self.delay)])
+
+    @property
+    def atten_lim_db(self) -> float | None:
+        return self._atten_lim_db
+
+    @atten_lim_db.setter
+    def atten_lim_db(self, value) -> None:
+        from qsa.enhancement import atten_lim_gain
+
+        self._atten_lim_db = self._check(value, "atten_lim_db")
+        self.gain = np.float32(atten_lim_gain(self._atten_lim_db))
+
+    def _run(self, inputs):
+        frame, inner_state, line = inputs[0], inputs[1:-1], inputs[-1]
+        outs = self.inner._run([frame, *inner_state])
+        y = np.asarray(outs[0], np.float32).reshape(1, self.hop)  # (1, hop)
+        buf = np.concatenate([line.reshape(1, self.delay), frame], axis=1)  # (1, delay + hop)
+        x = buf[:, : self.hop]  # (1, hop): the input that produced y
+        g = self.gain
+        return [(np.float32(1.0) - g) * y + g * x, *outs[1:], buf[:, self.hop :]]
+
+
+def signal_delay(kind: str, artifact, runtime: Runtime) -> int:
+    """The output delay of a streaming step in samples (algorithmic latency - hop): from the
+    torch module, else from the exporter's report.json next to the artifact."""
+    hop = runtime.hop
+    if kind == "torch":
+        d = _module_delay(getattr(runtime, "module", None), hop)
+        if d is not None:
+            return d
+    else:
+        report = Path(artifact).with_name("report.json")
+        if report.is_file():
+            import json
+
+            r = json.loads(report.read_text())
+            if isinstance(r.get("algorithmic_latency_samples"), int):
+                return r["algorithmic_latency_samples"] - hop
+            if r.get("model_config"):
+                from .split import step_from_report
+
+                d = _module_delay(step_from_report(r), hop)
+                if d is not None:
+                    return d
+    raise ExportError(
+        f"cannot tell the output delay of {artifact} (no report.json with the model config "
+        "next to it); keep the exporter's report.json, or wrap the runtime yourself with "
+        "AttenLimitedRuntime(runtime, atten_lim_db, delay)"
+    )
+
+
+def _module_delay(module, hop: int) -> int | None:
+    for obj in (module, getattr(module, "model", None)):
+        v = getattr(obj, "delay_samples", None)
+        if isinstance(v, int):
+            return v
+        v = getattr(obj, "algorithmic_latency_samples", None)
+        if isinstance(v, int):
+            return v - hop
+    return None
+
+
+def load_runtime(kind: str, artifact, host_dsp: bool = True, atten_lim_db=None,
+                 **kwargs) -> Runtime:
     """A runtime of ``kind`` (one of KINDS) for ``artifact`` (see the module docstring).
+    ``atten_lim_db`` (not None): wrapped in :class:`AttenLimitedRuntime` (the delay from the
+    model or report.json).
 
     executorch needs ``hop`` and ``state_shapes`` (the .pte carries no input metadata the
     Python runtime exposes); the exporter's report.json has both. An int8 artifact that holds
@@ -386,6 +479,11 @@ def load_runtime(kind: str, artifact, host_dsp: bool = True, **kwargs) -> Runtim
             from .split import SplitRuntime, step_from_report
 
             rt = SplitRuntime(rt, step_from_report(r))
+    if atten_lim_db is not None:
+        from qsa.enhancement import check_atten_lim
+
+        atten_lim_db = check_atten_lim(atten_lim_db, "atten_lim_db")
+        rt = AttenLimitedRuntime(rt, atten_lim_db, signal_delay(kind, artifact, rt))
     return rt
 
 

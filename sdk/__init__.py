@@ -24,10 +24,11 @@ def load(name_or_path, dequantize: bool = False):
     return _load(name_or_path, dequantize=dequantize)
 
 
-def enhance(audio, sr: int, model="qcgan-35k"):
+def enhance(audio, sr: int, model="qcgan-35k", atten_lim_db=None):
     """Enhance a mono (N,) or multichannel (N, C) float array sampled at ``sr`` Hz with a
     shipped model name, a packed model file or a loaded model; returns mono float32 at
-    ``sr``, as long as the input (see :mod:`qsa.enhancement`)."""
+    ``sr``, as long as the input (see :mod:`qsa.enhancement`). ``atten_lim_db``: the most
+    the model may attenuate (0: the input unchanged; None: no limit)."""
     from .enhancement import enhance as _enhance
 
-    return _enhance(audio, sr, model=model)
+    return _enhance(audio, sr, model=model, atten_lim_db=atten_lim_db)

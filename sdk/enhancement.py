@@ -4,20 +4,31 @@ Files of any length stream through in blocks (bounded memory): read -> mix to mo
 resample to the model rate (soxr, streaming) -> enhance in chunks with left (and, for
 look-ahead models, right) context -> resample back to the original rate -> written to a
 temporary file that is renamed over the output only when complete.
+
+Strength control (``atten_lim_db``, ``qsa enhance --atten-lim DB``): the output is mixed with
+the input, ``out = (1 - g) * enhanced + g * input`` with ``g = 10 ** (-atten_lim_db / 20)``,
+DeepFilterNet's ``atten_lim`` mix. The STFT is linear, so this time-domain mix is the same as
+mixing the two spectra bin by bin (``(1 - g) Y + g X``) up to the STFT round trip of the
+input; doing it on the waveform needs no access to the model's spectra (it works for every
+model and runtime, adds no latency) and makes ``atten_lim_db=0`` the input itself, exactly.
+A bin the model removes completely comes out at ``g |X|``: ``atten_lim_db`` below its input.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from torch import nn
 
-from .errors import AudioError, QsaError
+from .errors import AudioError, ConfigError, QsaError
 from .fileio import atomic_path
+
+if TYPE_CHECKING:  # torch loads when a model runs: the CLI checks its arguments before that
+    from torch import nn
 
 MODEL_SR = 16000
 AUDIO_EXTS = (".wav", ".flac", ".ogg")
@@ -29,6 +40,47 @@ MAX_WRITE_RATE = {".ogg": 192_000, ".flac": 655_350}
 # float audio is full scale at 1.0; a peak this far above it (+60 dB) is not a level but a
 # unit mistake (PCM integers stored as floats, a wrong gain), and enhancing it gives noise
 MAX_FLOAT_PEAK = 1000.0
+
+
+def check_atten_lim(value, what: str = "atten_lim_db") -> float | None:
+    """The attenuation limit in dB (a finite number >= 0) or None for no limit ("none"
+    too); a :class:`ConfigError` naming the value and the fix for anything else."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
+        return None
+    fix = ("expected the most dB the model may remove, a number >= 0 (e.g. 12; 0 = no "
+           "enhancement, the input as it is) or 'none' for no limit")
+    if isinstance(value, bool) or not isinstance(value, str | int | float | np.integer
+                                                 | np.floating):
+        raise ConfigError(f"{what} {value!r}: not a number; {fix}")
+    try:
+        db = float(value)
+    except ValueError:
+        raise ConfigError(f"{what} {value!r}: not a number; {fix}") from None
+    if math.isnan(db):
+        raise ConfigError(f"{what} {value!r}: NaN is not a limit; {fix}")
+    if math.isinf(db):
+        raise ConfigError(f"{what} {value!r}: infinite; {fix} (pass 'none' rather than inf)")
+    if db < 0:
+        raise ConfigError(
+            f"{what} {value!r}: negative; {fix} (a limit of {-db:g} dB is written "
+            f"{-db:g}, without the sign)"
+        )
+    return db
+
+
+def atten_lim_gain(atten_lim_db: float | None) -> float:
+    """The share ``g`` of the input in the output, ``10 ** (-atten_lim_db / 20)``: 1 at 0 dB
+    (bypass), 0 without a limit (the model's output as it is)."""
+    return 0.0 if atten_lim_db is None else float(10.0 ** (-atten_lim_db / 20.0))
+
+
+def limit_attenuation(enhanced: np.ndarray, noisy: np.ndarray, atten_lim_db) -> np.ndarray:
+    """``(1 - g) * enhanced + g * noisy`` for time-aligned arrays of the same length."""
+    g = atten_lim_gain(check_atten_lim(atten_lim_db))
+    if g == 0.0:
+        return enhanced
+    mixed = (1.0 - g) * enhanced.astype(np.float64) + g * noisy.astype(np.float64)
+    return mixed.astype(np.float32)
 
 
 def check_rate(sr) -> int:
@@ -127,9 +179,11 @@ def _context(model: nn.Module) -> tuple[int, int]:
     return int(left if left is not None else 2 * sr), int(right if right is not None else 2 * sr)
 
 
-@torch.no_grad()
 def _run(model: nn.Module, x: np.ndarray) -> np.ndarray:
-    y = model(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))[None])
+    import torch
+
+    with torch.no_grad():
+        y = model(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))[None])
     return y[0].numpy()
 
 
@@ -157,15 +211,20 @@ def enhance_chunks(
         yield y[len(hist) :]
 
 
-def enhance(audio, sr: int, model: nn.Module | str = "qcgan-35k") -> np.ndarray:
+def enhance(
+    audio, sr: int, model: nn.Module | str = "qcgan-35k", atten_lim_db: float | None = None
+) -> np.ndarray:
     """Enhance a mono (N,) or multichannel (N, C) array at rate ``sr``: float samples in
     [-1, 1] or integer PCM (scaled to it); returns mono float32 at ``sr``, as long as the
-    input."""
+    input. ``atten_lim_db``: the most the output may lie below the input (see the module
+    docstring; 0 returns the mono input, None is no limit); the mix is done at ``sr``, so
+    the band above the model's Nyquist is kept at ``atten_lim_db`` below the input too."""
     import soxr
 
     from .hub import load
 
     sr = check_rate(sr)
+    atten_lim_db = check_atten_lim(atten_lim_db)
     x = as_float_audio(audio)
     model = load(model, allow_untrained=False) if isinstance(model, str | os.PathLike) else model
     check_enhancer(model)
@@ -176,19 +235,46 @@ def enhance(audio, sr: int, model: nn.Module | str = "qcgan-35k") -> np.ndarray:
     left, right = _context(model)
     y = np.concatenate(list(enhance_chunks(model, iter([x16]), 10 * msr, left, right)))
     y = soxr.resample(y, msr, sr) if sr != msr else y
-    return y[: len(x)] if len(y) >= len(x) else np.pad(y, (0, len(x) - len(y)))
+    y = y[: len(x)] if len(y) >= len(x) else np.pad(y, (0, len(x) - len(y)))
+    return limit_attenuation(y, x, atten_lim_db)
+
+
+class _InputDelay:
+    """The mono input at the file's rate, held until the output it mixes with is written
+    (bounded: the enhancement pipeline's delay, a chunk plus its context)."""
+
+    def __init__(self):
+        self.blocks: list[np.ndarray] = []
+        self.held = 0
+
+    def push(self, x: np.ndarray) -> None:
+        self.blocks.append(np.asarray(x, np.float32))
+        self.held += len(x)
+
+    def take(self, n: int) -> np.ndarray:
+        """The next ``n`` input samples (zeros past the end of the input)."""
+        buf = np.concatenate(self.blocks) if len(self.blocks) > 1 else (
+            self.blocks[0] if self.blocks else np.zeros(0, np.float32))
+        out = buf[:n] if len(buf) >= n else np.pad(buf, (0, n - len(buf)))
+        rest = buf[n:]
+        self.blocks = [rest] if len(rest) else []
+        self.held = len(rest)
+        return out
 
 
 def enhance_file(
     model: nn.Module, src: Path, dst: Path, force: bool = False, block_s: float = 10.0,
-    notice=print, progress=None,
+    notice=print, progress=None, atten_lim_db: float | None = None,
 ) -> dict:
     """Enhance one file into ``dst`` (mono, original rate, same format family).
-    ``progress(done, total, sr)`` is called as output samples are written."""
+    ``progress(done, total, sr)`` is called as output samples are written.
+    ``atten_lim_db``: as in :func:`enhance` (the mix at the file's rate)."""
     import soundfile as sf
     import soxr
 
     check_enhancer(model)
+    g = atten_lim_gain(check_atten_lim(atten_lim_db))
+    held = _InputDelay() if g > 0 else None
     if src.resolve() == dst.resolve():
         raise QsaError(f"output {dst} is the input file; choose another output path")
     if dst.exists() and not force:
@@ -237,6 +323,8 @@ def enhance_file(
                     raise AudioError(f"{src}: NaN or Inf samples near {i * block_s:.0f} s")
                 check_level(b, f"{src} (near {i * block_s:.0f} s)")
                 m = b.mean(axis=1)
+                if held is not None:
+                    held.push(m)
                 last = f.tell() >= n
                 yield rs_in.resample_chunk(m, last=last) if rs_in else m
 
@@ -246,22 +334,26 @@ def enhance_file(
         if fmt == "WAV" and 2 * n > 0xFFFFFFFF - (1 << 20):
             fmt = "RF64"  # a RIFF WAV holds at most 4 GiB (~37 h mono PCM_16 at 16 kHz)
         written = 0
+
+        def mix(z: np.ndarray) -> np.ndarray:  # the output with the input it lines up with
+            return z if held is None else limit_attenuation(z, held.take(len(z)), atten_lim_db)
+
         with atomic_path(dst, force=True) as tmp:
             with sf.SoundFile(str(tmp), "w", samplerate=sr, channels=1, subtype=subtype,
                               format=fmt) as out:
                 for y in enhance_chunks(model, blocks(), 10 * msr, left, right):
                     z = rs_out.resample_chunk(y, last=False) if rs_out else y
-                    z = z[: max(0, n - written)]
+                    z = mix(z[: max(0, n - written)])
                     out.write(np.clip(z, -1.0, 1.0))
                     written += len(z)
                     if progress is not None:
                         progress(written, n, sr)
                 if rs_out is not None:
                     z = rs_out.resample_chunk(np.zeros(0, np.float32), last=True)[: n - written]
-                    out.write(np.clip(z, -1.0, 1.0))
+                    out.write(np.clip(mix(z), -1.0, 1.0))
                     written += len(z)
                 if written < n:  # resampler group delay: pad the tail to the input length
-                    out.write(np.zeros(n - written, np.float32))
+                    out.write(np.clip(mix(np.zeros(n - written, np.float32)), -1.0, 1.0))
                     written = n
                 if progress is not None:
                     progress(written, n, sr)
@@ -307,19 +399,21 @@ def folder_output(src: Path, dst: Path, p: Path) -> Path:
     return out.with_suffix(".wav") if p.suffix.lower() in READ_ONLY_EXTS else out
 
 
-def enhance_path(model: nn.Module, src: Path, dst: Path, force: bool = False, notice=print):
+def enhance_path(model: nn.Module, src: Path, dst: Path, force: bool = False, notice=print,
+                 atten_lim_db: float | None = None):
     """A file or a folder of audio files (mirrored into ``dst``; .mp3 inputs give .wav)."""
     check_enhancer(model)
+    atten_lim_db = check_atten_lim(atten_lim_db)
     if src.is_dir():
         files = folder_inputs(src, notice)
         if not files:
             raise AudioError(f"{src}: folder holds no {'/'.join(AUDIO_EXTS)} files")
         if dst.exists() and not dst.is_dir():
             raise QsaError(f"{dst} exists and is not a folder; the input is a folder")
-        return [enhance_file(model, p, folder_output(src, dst, p), force, notice=notice)
-                for p in files]
+        return [enhance_file(model, p, folder_output(src, dst, p), force, notice=notice,
+                             atten_lim_db=atten_lim_db) for p in files]
     if not src.exists():
         raise AudioError(f"{src}: no such file or folder")
     if dst.is_dir():
         dst = dst / src.name
-    return [enhance_file(model, src, dst, force, notice=notice)]
+    return [enhance_file(model, src, dst, force, notice=notice, atten_lim_db=atten_lim_db)]

@@ -827,3 +827,107 @@ def test_nonfinite_samples_never_reach_the_device(pulse, monkeypatch, tmp_path):
         session.close()
     y, _ = sf.read(rec, dtype="float32")
     assert np.isfinite(y).all() and len(y) > 0
+
+
+# -- the strength control and 48 kHz devices (issue 29) --------------------------------------
+@pytest.mark.slow
+def test_48k_session_equals_16k_session_with_atten_lim(pulse, enhancer, noisy, tmp_path):
+    """The same file through a 16 kHz and a 48 kHz device session, both with --atten-lim 12:
+    each recorded output is the limited enhancement of what the model received (exact), and
+    the 48 kHz report names the resampler's share of the latency (0 at 16 kHz). The 48 kHz
+    output equals the 16 kHz one within the resampler's error: with the reference low-pass
+    (linear) that is the input's in-band error, < -40 dB below 6.5 kHz; a trained model's
+    output also depends on the 7.3-8 kHz band that soxr HQ does not pass (qcgan-35k: about
+    -15 dB, tests/test_atten_lim.py), so that model is held to -10 dB."""
+    from qsa.apps.live.processors import AttenLimited
+
+    path, x, _ = noisy
+    outs, lines_of = {}, {}
+    for rate, sink in ((16000, "loop"), (48000, "loop48")):
+        rec = tmp_path / f"rec{rate}.wav"
+        r = qsa_live(
+            pulse.env_for(sink, f"{sink}.monitor"), "--model", enhancer.model, "-i", "pulse",
+            "-o", "pulse", "--samplerate", rate, "--channels", 1, "--input-file", path,
+            "--record", rec, "--json-stats", "--atten-lim", 12,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        lines = json_lines(r.stdout)
+        final = lines[-1]
+        assert final["samplerate"] == rate and final["atten_lim_db"] == 12.0
+        lat = final["latency_ms"]
+        assert (lat["resampler"] > 0) == (rate != SR) and lat["resampler"] <= lat["pipeline"]
+        y, sr = sf.read(rec, dtype="float32")
+        inp, out = y[:, 0], y[:, 1]
+        ref = AttenLimited(enhancer.proc, 12.0).process_offline(inp)
+        np.testing.assert_allclose(out[: len(ref)], ref, atol=1e-5)
+        outs[rate], lines_of[rate] = out[: len(x)], lines
+    for lines in lines_of.values():  # input lost (zeros stood in): the outputs cannot agree
+        x_runs = lines[-1]["xruns"]  # (output underruns leave the recording as it is)
+        if x_runs["ring_overruns"] or x_runs["file_underruns"]:
+            overloaded(lines[-1], "48 kHz vs 16 kHz")
+    a, b = band(outs[16000]), band(outs[48000])
+    err = rms_db(b - a) - rms_db(a)
+    print(f"\n48 kHz vs 16 kHz session, enhanced output (band < 6.5 kHz): {err:.1f} dB; "
+          f"resampler latency {lines_of[48000][-1]['latency_ms']['resampler']} ms")
+    assert err < (-40 if enhancer.model != "qcgan-35k" else -10), err
+
+
+def test_terminal_view_arrows_change_the_limit(pulse, enhancer, tmp_path):
+    """On a real terminal (a pty): two down arrows take --atten-lim 6 to 0 dB while the
+    stream runs (the output becomes the delayed input exactly) and do not toggle bypass
+    (a down arrow's escape sequence ends in 'B')."""
+    import pty
+
+    from qsa.apps.live.processors import AttenLimited
+
+    src = tmp_path / "noise.wav"
+    rng = np.random.default_rng(4)
+    sf.write(src, 0.1 * rng.standard_normal(SR * 60).astype(np.float32), SR, subtype="FLOAT")
+    rec = tmp_path / "rec.wav"
+    master, slave = pty.openpty()
+    app = subprocess.Popen(
+        [sys.executable, "-m", "qsa.cli", "live", "--model", enhancer.model, "-i", "pulse",
+         "-o", "pulse", "--input-file", str(src), "--record", str(rec), "--atten-lim", "6"],
+        env=dict(pulse.env_for("speaker", "speaker.monitor"), TERM="xterm", COLUMNS="120"),
+        stdin=slave, stdout=slave, stderr=slave,
+    )  # fmt: skip
+    os.close(slave)
+    screen = b""
+
+    def read_for(seconds):
+        nonlocal screen
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    screen += os.read(master, 65536)
+                except OSError:
+                    return
+
+    try:
+        deadline = time.monotonic() + 60
+        while b"at most 6 dB" not in screen and time.monotonic() < deadline:
+            read_for(0.2)
+        while not (rec.exists() and sf.info(rec).frames > SR) and time.monotonic() < deadline:
+            read_for(0.2)
+        os.write(master, b"\x1b[B\x1b[B")
+        while b"at most 0 dB" not in screen and time.monotonic() < deadline:
+            read_for(0.2)
+        before = sf.info(rec).frames
+        while sf.info(rec).frames < before + SR and time.monotonic() < deadline:
+            read_for(0.2)
+        os.write(master, b"q")
+        app.wait(timeout=30)
+        read_for(0.3)
+    finally:
+        app.kill()
+        os.close(master)
+    assert app.returncode == 0, screen[-2000:]
+    assert b"at most 0 dB" in screen and b"BYPASS" not in screen
+    y, _ = sf.read(rec, dtype="float32")
+    inp, out = y[:, 0], y[:, 1]
+    ref = AttenLimited(enhancer.proc, 6.0).process_offline(inp[:SR])
+    np.testing.assert_allclose(out[: len(ref) // 2], ref[: len(ref) // 2], atol=1e-5)
+    d = enhancer.proc.signal_delay_samples
+    tail = slice(len(out) - SR // 2, len(out))
+    np.testing.assert_array_equal(out[tail], inp[tail.start - d : tail.stop - d])

@@ -7,6 +7,7 @@ streaming step hop by hop (``Processor``), on torch or any qsa.export runtime.
 
 from .engine import LiveOptions, LiveSession, list_devices, pipeline_deficit
 from .processors import (
+    AttenLimited,
     PassThrough,
     Processor,
     RuntimeProcessor,
@@ -19,6 +20,7 @@ from .view import render, run_session
 
 __all__ = [
     "REFERENCE_NAME",
+    "AttenLimited",
     "LiveOptions",
     "LiveSession",
     "PassThrough",

@@ -304,9 +304,15 @@ class LiveSession:
         self.ch_in, self.ch_out = self._pick_channels(sd, dev, in_info, out_info)
         self.block = max(1, round(self.sr_dev * opt.block_ms / 1000.0))
         B, sr = self.block, self.sr_dev
-        self.prefill = pipeline_deficit(sr, self.sr_model, B, self.hop, opt.resample_quality) + int(
-            np.ceil(B * (1.0 + opt.margin_blocks))
-        )
+        deficit = pipeline_deficit(sr, self.sr_model, B, self.hop, opt.resample_quality)
+        self.prefill = deficit + int(np.ceil(B * (1.0 + opt.margin_blocks)))
+        # the resamplers' share of that delay (their filters' look-ahead and output bursts):
+        # the chain's deficit less the hop framing's alone (the same blocks at the model rate)
+        self.resampler_delay = 0
+        if sr != self.sr_model:
+            b16 = max(1, round(B * self.sr_model / sr))
+            framing = pipeline_deficit(self.sr_model, self.sr_model, b16, self.hop, "HQ")
+            self.resampler_delay = max(0, deficit - round(framing * sr / self.sr_model))
 
         # rings (device rate) and the callback's scratch block
         self.in_ring = SpscRing(2 * sr + 4 * B, 1 if file_mode else self.ch_in)
@@ -752,9 +758,11 @@ class LiveSession:
             self.worker_priority = "demoted: " + raise_thread_priority()
 
     def _worker_main(self) -> None:
-        import torch
+        import sys
 
-        torch.set_num_threads(1)
+        torch = sys.modules.get("torch")  # loaded by a torch processor; importing it for an
+        if torch is not None:  # ONNX / LiteRT one would add a second to the start-up
+            torch.set_num_threads(1)
         # Real-time like the callback (below it), as long as the model keeps up: a model
         # slower than real time is demoted so it cannot monopolise a core.
         self.worker_priority = raise_thread_priority(5)
@@ -931,6 +939,8 @@ class LiveSession:
             "t": round(self.elapsed, 2),
             "model": self.proc.name,
             "bypass": self.bypass,
+            # the strength control (qsa.apps.live.processors.AttenLimited); None: no limit
+            "atten_lim_db": getattr(self.proc, "atten_lim_db", None),
             "input_dbfs": dbfs(self._e_in[last]) if n else None,
             "output_dbfs": dbfs(self._e_out[last]) if n else None,
             "snr_in_db": None if s_in is None else round(s_in, 1),
@@ -946,6 +956,9 @@ class LiveSession:
                 "buffering": round(buf_ms, 2),
                 "device": round(dev_ms, 2),
                 "pipeline": round(pipe_ms, 2),
+                # part of "pipeline": the device-rate <-> model-rate resampling (0 at the
+                # model's rate); --resample-quality trades it against the resampler's error
+                "resampler": round(self.resampler_delay / self.sr_dev * 1000, 2),
                 "end_to_end": round(alg_ms + buf_ms, 2),
             },
             "overruns": self.ring_overruns + self.pa_input_overflows,

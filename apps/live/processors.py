@@ -7,6 +7,10 @@ hop of frame collection plus the model's own delay (look-ahead, filter delay): t
 output is the enhanced input delayed by ``algorithmic_latency_samples - hop`` samples, and
 that is the delay bypass applies so that toggling it does not shift the sound.
 
+``AttenLimited`` wraps any processor with the strength control (``--atten-lim``): the input,
+delayed to line up with the output, mixed back in at ``10 ** (-DB / 20)``; the limit may
+change while the stream runs (a ramp, no step in the output).
+
 Adapters: ``TorchStepProcessor`` (any torch module with ``init_state(batch)`` and
 ``step(frame, *state)`` / ``step(frame, state)``, or a step module ``forward(frame, *state)``),
 ``RuntimeProcessor`` (a ``qsa.export.runtimes.Runtime``: torch / onnx / executorch / litert /
@@ -74,6 +78,71 @@ class PassThrough(Processor):
 
     def process_hop(self, in_hop, out_hop):
         out_hop[:] = in_hop
+
+
+class AttenLimited(Processor):
+    """``inner`` with the output mixed with its input: ``out = (1 - g) * enhanced + g * x``,
+    ``x`` the input delayed by ``inner.signal_delay_samples`` (so it lines up with the
+    enhanced hop) and ``g = 10 ** (-atten_lim_db / 20)`` (0 with no limit): the model removes
+    at most ``atten_lim_db`` from any part of the signal, and 0 dB is the delayed input.
+
+    ``atten_lim_db`` may be set while streaming (the terminal view's up / down keys): ``g``
+    then moves linearly, sample by sample, at most from 0 to 1 in ``ramp_ms``, so a change
+    is a short cross-fade between two time-aligned signals, never a step. ``process_hop``
+    works in preallocated buffers."""
+
+    def __init__(self, inner: Processor, atten_lim_db: float | None = None,
+                 ramp_ms: float = 20.0):
+        from qsa.enhancement import atten_lim_gain, check_atten_lim
+
+        self._check, self._gain = check_atten_lim, atten_lim_gain
+        self.inner = inner
+        self.hop = int(inner.hop)
+        self.sample_rate = int(inner.sample_rate)
+        self.algorithmic_latency_samples = int(inner.algorithmic_latency_samples)
+        self.name = inner.name
+        d = inner.signal_delay_samples
+        self._line = np.zeros(d + self.hop, np.float32)  # input delay line, newest hop last
+        self._unit = (np.arange(1, self.hop + 1) / self.hop).astype(np.float32)  # (hop,)
+        self._g_hop = np.zeros(self.hop, np.float32)  # the per-sample gain of this hop
+        self._dry = np.zeros(self.hop, np.float32)  # g x of this hop
+        self._max_step = min(1.0, self.hop / max(1e-3 * ramp_ms * self.sample_rate, 1.0))
+        self.atten_lim_db = atten_lim_db
+        self._g = self._target  # no ramp at the start
+
+    @property
+    def atten_lim_db(self) -> float | None:
+        return self._atten_lim_db
+
+    @atten_lim_db.setter
+    def atten_lim_db(self, value) -> None:
+        db = self._check(value, "--atten-lim")
+        self._atten_lim_db = db
+        self._target = self._gain(db)  # read by the worker at its next hop
+
+    def reset(self) -> None:
+        self.inner.reset()
+        self._line[:] = 0.0
+        self._g = self._target
+
+    def process_hop(self, in_hop, out_hop):
+        self.inner.process_hop(in_hop, out_hop)
+        hop, line = self.hop, self._line
+        d = len(line) - hop
+        line[d:] = in_hop
+        g0 = self._g
+        g1 = g0 + min(max(self._target - g0, -self._max_step), self._max_step)
+        if g0 != 0.0 or g1 != 0.0:
+            g = self._g_hop
+            np.multiply(self._unit, np.float32(g1 - g0), out=g)
+            g += np.float32(g0)  # g0 -> g1 over the hop
+            np.multiply(line[:hop], g, out=self._dry)
+            np.subtract(np.float32(1.0), g, out=g)
+            out_hop *= g
+            out_hop += self._dry  # (1 - g) out + g x: exactly x at g = 1
+        self._g = g1
+        if d:
+            line[:d] = line[hop:]
 
 
 def _int_attr(objs, names) -> int | None:

@@ -1,5 +1,6 @@
-"""Showing a running ``LiveSession``: a rich Live panel (b toggles bypass, q quits) or JSON
-lines (``--json-stats``), and the loop that runs a session until it is done or stopped."""
+"""Showing a running ``LiveSession``: a rich Live panel (b toggles bypass, up / down arrows or
++ / - change the attenuation limit in 3 dB steps, q quits) or JSON lines (``--json-stats``),
+and the loop that runs a session until it is done or stopped."""
 
 from __future__ import annotations
 
@@ -13,6 +14,35 @@ import threading
 import time
 
 from .engine import LiveSession
+
+ATTEN_STEP_DB = 3.0
+ATTEN_TOP_DB = 60.0  # one step above this is "no limit" (at 60 dB the input mix is -60 dB)
+# arrow keys in a terminal: normal and application cursor mode
+_UP, _DOWN = ("\x1b[A", "\x1bOA"), ("\x1b[B", "\x1bOB")
+
+
+def parse_keys(keys: str) -> tuple[str, int]:
+    """Keys read from the terminal -> (the other keys, net steps of the attenuation limit:
+    +1 per up arrow or '+', -1 per down arrow or '-'). The arrows' escape sequences are
+    taken out first: a down arrow ends in 'B', which must not toggle bypass."""
+    steps = 0
+    for seqs, sign in ((_UP, 1), (_DOWN, -1)):
+        for seq in seqs:
+            steps += sign * keys.count(seq)
+            keys = keys.replace(seq, "")
+    steps += keys.count("+") - keys.count("-")
+    return keys.replace("+", "").replace("-", ""), steps
+
+
+def stepped_atten_lim(current: float | None, steps: int, step_db: float = ATTEN_STEP_DB,
+                      top_db: float = ATTEN_TOP_DB) -> float | None:
+    """The limit ``steps`` steps up (stronger) or down from ``current``: 0 dB at the bottom,
+    None (no limit) one step above ``top_db``."""
+    if steps == 0:
+        return current
+    db = top_db + step_db if current is None else float(current)
+    db = max(0.0, db + steps * step_db)
+    return None if db > top_db else db
 
 
 def _fmt(v, unit="", nd=1):
@@ -28,6 +58,12 @@ def render(stats: dict):
     t.add_column()
     mode = "[yellow]BYPASS[/]" if stats["bypass"] else "[green]enhancing[/]"
     t.add_row("mode", f"{mode}   (b: toggle bypass, q: quit)")
+    lim = stats.get("atten_lim_db")
+    t.add_row(
+        "strength",
+        ("no limit" if lim is None else f"noise reduced by at most {lim:g} dB")
+        + f"   (up/down or +/-: {ATTEN_STEP_DB:g} dB steps)",
+    )
     t.add_row("devices", f"{stats['input_device']} -> {stats['output_device']}")
     t.add_row(
         "stream",
@@ -143,7 +179,11 @@ def _run(session: LiveSession, json_stats: bool, interval: float, stopping: list
                 while not session.done:
                     time.sleep(0.1)
                     session.check_alive()
-                    k = keys().lower()
+                    k, steps = parse_keys(keys())
+                    k = k.lower()
+                    proc = session.proc
+                    if steps and hasattr(proc, "atten_lim_db"):
+                        proc.atten_lim_db = stepped_atten_lim(proc.atten_lim_db, steps)
                     if "b" in k:
                         session.bypass = not session.bypass
                     if "q" in k:

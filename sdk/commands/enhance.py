@@ -22,6 +22,10 @@ def register(sub) -> None:
                    help="torch threads (default 1: the fastest for these small models, 3-6x "
                    "faster than torch's own default on a busy 2-core machine; 0: torch's "
                    "default)")
+    p.add_argument("--atten-lim", metavar="DB", default=None,
+                   help="strength: the most the output may lie below the input, in dB (the "
+                   "input mixed back in at -DB: 0 = the input unchanged, 12 = noise reduced "
+                   "by at most 12 dB); 'none' (default): no limit, the model's full strength")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
 
@@ -55,12 +59,14 @@ class Progress:
 
     def start(self, k: int, name: str) -> None:
         self.k, self.name, self.file_t0 = k, name, self.time()
+        self.shown = -1  # samples done at the last line printed for this file
 
     def update(self, done: int, total: int, sr: int) -> None:
         now = self.time()
-        if self.quiet or (now - self.last < (0.2 if self.tty else 5.0) and done < total):
-            return
-        self.last = now
+        if self.quiet or done == self.shown or (
+                now - self.last < (0.2 if self.tty else 5.0) and done < total):
+            return  # the finished file's 100% line is printed once, not per late call
+        self.last, self.shown = now, done
         frac = done / max(total, 1)
         el = now - self.file_t0
         eta = el / frac - el if frac > 0 else float("nan")
@@ -104,6 +110,9 @@ def run(args) -> int:
                           "(e.g. --threads 1, the default) or 0 for torch's default")
     if args.force and args.skip_existing:
         raise ConfigError("--force and --skip-existing contradict each other; pass one")
+    from qsa.enhancement import check_atten_lim
+
+    atten_lim = check_atten_lim(args.atten_lim, "--atten-lim")
     terminate_cleanly()
     import torch
 
@@ -146,7 +155,8 @@ def run(args) -> int:
     for k, (s, d) in enumerate(jobs, 1):
         prog.start(k, s.name)
         try:
-            r = enhance_file(model, s, d, args.force, notice=notice, progress=prog.update)
+            r = enhance_file(model, s, d, args.force, notice=notice, progress=prog.update,
+                             atten_lim_db=atten_lim)
         except (QsaError, RuntimeError) as e:  # RuntimeError: libsndfile mid-file
             if not folder:
                 if isinstance(e, QsaError):

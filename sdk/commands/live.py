@@ -5,6 +5,7 @@ Examples::
     qsa live -l                                    # list audio devices
     qsa live --model qcgan-35k --runtime litert --precision int8
     qsa live --input-file noisy.wav --record out.wav --json-stats
+    qsa live --virtual-mic                         # a denoised microphone for call apps
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def register(subparsers) -> None:
         help="enhance the microphone live (duplex audio stream, terminal view)",
         description=(
             "Enhance the microphone (or --input-file played as one) in real time and play the "
-            "result; b toggles bypass, q, Ctrl-C or SIGTERM stops. Devices sample rates other "
+            "result; b toggles bypass, up/down arrows change --atten-lim in 3 dB steps, q, "
+            "Ctrl-C or SIGTERM stops. Devices sample rates other "
             "than the model's 16 kHz are resampled (soxr) in the stream."
         ),
     )
@@ -87,6 +89,23 @@ def register(subparsers) -> None:
     p.add_argument("--force", action="store_true", help="overwrite an existing --record file")
     p.add_argument("--input-file", metavar="IN.wav", help="play this file as the microphone")
     p.add_argument("--bypass", action="store_true", help="start in bypass (input passes through)")
+    p.add_argument(
+        "--atten-lim",
+        metavar="DB",
+        help="strength: the most the output may lie below the input, in dB (0 = the input "
+        "unchanged, 12 = noise down by at most 12 dB); up/down arrows (or +/-) change it in "
+        "3 dB steps while running. Default: none (no limit, the model's full strength)",
+    )
+    p.add_argument(
+        "--virtual-mic",
+        nargs="?",
+        const="qsa_mic",
+        metavar="NAME",
+        help="PulseAudio / PipeWire: create a virtual microphone NAME (default: qsa_mic, "
+        "listed as 'qsa denoised microphone') and write the enhanced stream into it instead "
+        "of a speaker; call applications pick it as their microphone. Removed on exit "
+        "(docs/live.md)",
+    )
     p.add_argument("--json-stats", action="store_true", help="print statistics as JSON lines")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
     p.set_defaults(func=run)
@@ -114,14 +133,35 @@ def _jitter(ms: float | None, block_ms: float) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
+    from qsa.enhancement import check_atten_lim
 
-    from qsa.apps.live import LiveOptions, LiveSession, list_devices, load_processor, run_session
-    from qsa.errors import QsaError
+    check_atten_lim(getattr(args, "atten_lim", None), "--atten-lim")  # before anything opens
+    from qsa.apps.live import list_devices
 
     if args.list_devices:
         print(list_devices())
+        from qsa.apps.live.virtual import describe_virtual_mics
+
+        print(describe_virtual_mics())
         return 0
+    vmic = None
+    if args.virtual_mic is not None:  # before the model loads: applications see it at once
+        from qsa.apps.live.virtual import start_for_live
+
+        vmic = start_for_live(args)
+    try:
+        return _run(args, vmic)
+    finally:
+        if vmic is not None:  # after the stream is closed
+            vmic.close()
+
+
+def _run(args: argparse.Namespace, vmic) -> int:
+    import sys
+
+    from qsa.apps.live import LiveOptions, LiveSession, load_processor, run_session
+    from qsa.errors import AudioError, QsaError
+
     opts = LiveOptions(
         input_device=args.input_device,
         output_device=args.output_device,
@@ -137,10 +177,17 @@ def run(args: argparse.Namespace) -> int:
         force=args.force,
         **_jitter(args.jitter_ms, args.block_ms),
     )
-    processor = load_processor(args.model, args.runtime, args.precision)
+    from qsa.apps.live.processors import AttenLimited
+    from qsa.enhancement import check_atten_lim
+
+    atten_lim = check_atten_lim(getattr(args, "atten_lim", None), "--atten-lim")
+    # always wrapped, so that the terminal view's keys can set a limit later
+    processor = AttenLimited(load_processor(args.model, args.runtime, args.precision), atten_lim)
     # The callback needs the GIL promptly: let the worker thread give it up every 0.5 ms.
     sys.setswitchinterval(0.0005)
     session = LiveSession(processor, opts).open()
+    if vmic is not None:  # the sink or the server gone: stop with that error
+        vmic.watch(lambda why: setattr(session, "error", AudioError(why)))
     try:
         final = run_session(session, json_stats=args.json_stats)
     except QsaError as e:
