@@ -17,6 +17,10 @@ and scored with ``qsa.metrics.batch_metrics`` (PESQ-WB, PESQ-NB, STOI, SI-SDR); 
 ΔPESQ-WB is against the same model streamed by torch fp32, which is always run as the
 reference. ``data`` may be any paired ``--data`` spec, e.g. ``real:DIR`` (``qsa data real``).
 
+The ``c`` runtime (int8 only) is the generated C99 build (``qsa export --target c``:
+``qsa.export.c_export``, the TFLite-Micro integers with the C DSP around them, PCM in and
+out), compiled with the host cc and called hop by hop through ctypes; it needs a C compiler.
+
 A combination that fails to export or run is a row with ``status="failed"`` and the error
 message; the others go on. Outputs (each written atomically): ``results.json``,
 ``results.md`` (the table) and ``pesq_wb.png``.
@@ -41,7 +45,7 @@ import numpy as np
 from qsa.errors import ConfigError, QsaError
 from qsa.fileio import ensure_dir
 
-RUNTIMES = ("torch", "onnx", "executorch", "litert", "tflm")
+RUNTIMES = ("torch", "onnx", "executorch", "litert", "tflm", "c")
 PRECISIONS = ("fp32", "int8")
 SCORES = ("pesq_wb", "pesq_nb", "stoi", "si_sdr")
 SR = 16000
@@ -52,7 +56,10 @@ RUNTIME_PACKAGES = {
     "executorch": ("executorch.exir", "executorch.runtime"),
     "litert": ("litert_torch", "ai_edge_litert.interpreter"),
     "tflm": ("litert_torch", "tflite_micro"),
+    "c": ("litert_torch", "tflite_micro"),  # and a host C compiler (missing_packages)
 }
+# runtimes that run only some precisions (the others are left out of their rows)
+RUNTIME_PRECISIONS = {"c": ("int8",)}
 RESULTS_VERSION = 1
 CACHE_FILE = "compare.json"
 PLOT_FILE = "pesq_wb.png"
@@ -69,6 +76,11 @@ def missing_packages(runtime: str) -> list[str]:
             ok = False
         if not ok:
             out.append(mod)
+    if runtime == "c":
+        from qsa.export.c_export import host_cc
+
+        if host_cc() is None:
+            out.append("a host C compiler (cc / gcc / clang)")
     return out
 
 
@@ -245,6 +257,11 @@ def check_choices(runtimes: Sequence[str], precisions: Sequence[str]) -> None:
     if not runtimes or not precisions:
         raise ConfigError("nothing to compare: give at least one runtime and one precision")
     for r in runtimes:
+        only = RUNTIME_PRECISIONS.get(r)
+        if only and not set(only) & set(precisions):
+            raise ConfigError(f"runtime {r!r} runs only {'/'.join(only)}; add it to "
+                              f"--precisions (e.g. --precisions fp32,{only[0]})")
+    for r in runtimes:
         miss = missing_packages(r)
         if miss:
             raise ConfigError(
@@ -361,6 +378,17 @@ def build_artifact(model, label: str, runtime: str, precision: str, folder: Path
         artifact = folder / f"model.{precision}.qsa"
         save_packed(model, artifact, precision=precision, force=True)
         report = {"bytes": artifact.stat().st_size, "precision": precision}
+    elif runtime == "c":  # the generated C folder; its QEMU runs belong to `qsa export`
+        from qsa.export.c_export import export_c
+
+        try:
+            res = export_c(model, folder, model_name=label, force=True, calib=calib, mcu=())
+        except QsaError as e:
+            failed = {"key": key, "failed": " ".join(str(e).split()) or type(e).__name__,
+                      "export_seconds": round(time.perf_counter() - t0, 2)}
+            atomic_write_text(folder / CACHE_FILE, json.dumps(failed, indent=1) + "\n")
+            raise
+        artifact, report = Path(res.artifact), res.report
     else:
         import warnings
 
@@ -395,6 +423,10 @@ def open_runtime(runtime: str, precision: str, artifact: Path, report: dict):
     if runtime == "tflm":
         arena = (report.get("memory") or {}).get("arena_bytes")
         return load_runtime("tflm", artifact, arena_size=arena)
+    if runtime == "c":
+        from qsa.export.c_export import CRuntime
+
+        return CRuntime(Path(artifact).parent)
     return load_runtime(runtime, artifact)
 
 
@@ -498,7 +530,8 @@ def compare(
     jobs: list[tuple[Row, list[tuple]]] = [(rows[0], list(pairs))]
     model_info: dict[str, dict] = {}
     combos = [("torch", "fp32")] + [(r, p) for r in runtimes for p in precisions
-                                    if (r, p) != ("torch", "fp32")]
+                                    if (r, p) != ("torch", "fp32")
+                                    and p in RUNTIME_PRECISIONS.get(r, PRECISIONS)]
     for label, (model, spec) in loaded.items():
         digest = model_digest(model)
         delay = int(getattr(model, "delay_samples", 0) or 0)

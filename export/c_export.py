@@ -30,11 +30,13 @@ QEMU's mps2-an386 / mps2-an500, semihosting file I/O, SysTick under ``-icount sh
 Measured for qcgan-35k (12-06; host gcc -O2, arm-none-eabi-gcc 12.2 -O2 hard float, QEMU 7.2):
 network int8 identical to TFLite-Micro on all 125 steps of the verification utterance (6,498
 values each) and on every intermediate tensor; PCM SQNR vs torch 31.04 dB (TFLite-Micro 31.05
-dB), vs TFLite-Micro 74.3 dB; Cortex-M4 output equal to the host build, flash 65,120 B (all
-code, no libm), RAM 39,356 B (32,496 static + 6,860 stack), 4.83 M instructions per 8 ms hop.
-The graph requantises ~90K values per hop (30 quaternion-mixing BATCH_MATMULs alone write
-31.5K), ~15 instructions each bit-exact, so ~1.3 M instructions is a floor for this graph
-before any MAC: a 168 MHz M4 cannot run it in real time at TFLite-Micro's integers.
+dB), vs TFLite-Micro 74.3 dB; Cortex-M4 / M7 output equal to the host build. Cortex-M4
+(mps2-an386): flash 63,208 B (all code, no libm), RAM 42,372 B (35,576 static + 6,796 stack),
+2.72 M instructions per 8 ms hop (M7: 2.73 M; 4.83 M with the reference kernels only): the
+faster kernels of qsa.export.c_kernels where the constants prove them exact. That is still
+~4x a 50 % load of a 168 MHz M4 (672,000 per hop): the
+graph requantises ~90K values per hop (30 quaternion-expansion BATCH_MATMULs write 31.5K of
+them) and runs 389K MACs, each value rounded exactly as TFLite-Micro rounds it.
 """
 
 from __future__ import annotations
@@ -433,9 +435,16 @@ class _Gen:
         m2, s2 = quantize_multiplier(r2)
         mo, so = quantize_multiplier(ro)
         lo, hi = _act_range(op.options.get("fusedActivationFunction", 0))
+        bc = self.params("qsa_bcast", _bcast(o.shape, a.shape, b.shape))
+        if _fast_term(s1) and _fast_term(s2) and _fast_shift(so) and (lo, hi) == (-128, 127):
+            # |operand terms| <= 255 2^19 each: the sum's |acc| < 2^30 for the fast path
+            p = self.params("qsa_addf_p", f"{{{-a.zp}, {-b.zp}, {m1}, {-s1}, {m2}, {-s2}, {mo}, "
+                                          f"{-so}, {o.zp}, {sub}}}")
+            self.body.append(f"  qsa_addf({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+                             f"{self.ptr(op.inputs[1])}, &{bc}, &{p});")
+            return
         p = self.params("qsa_add_p", f"{{{-a.zp}, {-b.zp}, {m1}, {s1}, {m2}, {s2}, {mo}, {so}, "
                                      f"{o.zp}, {lo}, {hi}, {sub}}}")
-        bc = self.params("qsa_bcast", _bcast(o.shape, a.shape, b.shape))
         self.body.append(f"  qsa_add({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
                          f"{self.ptr(op.inputs[1])}, &{bc}, &{p});")
 
@@ -449,8 +458,13 @@ class _Gen:
         a, b, o = (self.T(i) for i in (*op.inputs, op.outputs[0]))
         m, s = quantize_multiplier(float(a.s) * float(b.s) / float(o.s))
         lo, hi = _act_range(op.options.get("fusedActivationFunction", 0))
-        p = self.params("qsa_mul_p", f"{{{-a.zp}, {-b.zp}, {m}, {s}, {o.zp}, {lo}, {hi}}}")
         bc = self.params("qsa_bcast", _bcast(o.shape, a.shape, b.shape))
+        if _fast_shift(s) and (lo, hi) == (-128, 127):  # |acc| <= 2^16
+            p = self.params("qsa_mulf_p", f"{{{-a.zp}, {-b.zp}, {m}, {-s}, {o.zp}}}")
+            self.body.append(f"  qsa_mulf({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+                             f"{self.ptr(op.inputs[1])}, &{bc}, &{p});")
+            return
+        p = self.params("qsa_mul_p", f"{{{-a.zp}, {-b.zp}, {m}, {s}, {o.zp}, {lo}, {hi}}}")
         self.body.append(f"  qsa_mul({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
                          f"{self.ptr(op.inputs[1])}, &{bc}, &{p});")
 
@@ -486,6 +500,18 @@ class _Gen:
         x, o = self.T(op.inputs[0]), self.T(op.outputs[0])
         scale = 1.0 / float(_f32(np.sqrt(x.s) * o.s))
         m, s = quantize_multiplier(scale)
+        if self.rsqrt_tables:  # int8 -> int8: a 256-entry table filled at init (RAM, exact)
+            key = ("rsqrt", x.zp, m, s, o.zp)
+            if key not in self.dedup:
+                self.n += 1
+                self.dedup[key] = f"lut{self.n}"
+                self.lut_decls.append(f"static int8_t {self.dedup[key]}[256];")
+                self.init.append(f"  qsa_rsqrt_table({self.dedup[key]}, {x.zp}, {m}, {s}, "
+                                 f"{o.zp});")
+                self.lut_bytes += 256
+            self.body.append(f"  qsa_lut({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+                             f"{x.size}, {self.dedup[key]});")
+            return
         self.body.append(f"  qsa_rsqrt({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
                          f"{x.size}, {x.zp}, {m}, {s}, {o.zp});")
 
@@ -536,10 +562,13 @@ class _Gen:
         self.body.append(f"  qsa_softmax({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
                          f"{x.size // depth}, {depth}, {self.dedup[key]}, {diff_min});")
 
-    def _conv_mults(self, x, w, o, n_ch):
+    def _conv_ms(self, x, w, o, n_ch):
         # PopulateConvolutionQuantizationParams: double arithmetic, per channel or broadcast
         sc = list(w.scale) if w.scale.size > 1 else [w.scale[0]] * n_ch
-        ms = [quantize_multiplier(float(x.s) * float(_f32(v)) / float(o.s)) for v in sc]
+        return [quantize_multiplier(float(x.s) * float(_f32(v)) / float(o.s)) for v in sc]
+
+    def _conv_mults(self, x, w, o, n_ch):
+        ms = self._conv_ms(x, w, o, n_ch)
         return self.i32s([m for m, _ in ms]), self.i32s([s for _, s in ms], "int8_t")
 
     def op_fully_connected(self, op):
@@ -565,9 +594,19 @@ class _Gen:
             if bvals is not None:
                 kb = kb + bvals.reshape(units)
             b, runtime = self.i32s(kb), 0
+            bound = int((np.abs(w.data.astype(np.int64)).reshape(units, depth).sum(1) * 128
+                         + np.abs(kb)).max())
         else:
             b, runtime = (self.ptr(bias) if bias is not None else "0"), 1
+            bmax = int(np.abs(bvals).max()) if bvals is not None and bvals.size else 0
+            bound = depth * 255 * 255 + bmax if bias is None or bvals is not None else 1 << 31
         self.macs += rows * units * depth
+        if (all(_fast_shift(s_) for _, s_ in ms) and (lo, hi) == (-128, 127)
+                and bound < _ACC_BOUND and (not runtime or units <= 128) and depth <= 256):
+            self.body.append(f"  qsa_fcf({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+                             f"{-x.zp}, {self.ptr(op.inputs[1])}, {-w.zp}, {b}, {rows}, {depth}, "
+                             f"{units}, {mm}, {ss}, {per_ch}, {o.zp}, {runtime});")
+            return
         self.body.append(f"  qsa_fc({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, {-x.zp}, "
                          f"{self.ptr(op.inputs[1])}, {-w.zp}, {b}, {rows}, {depth}, {units}, "
                          f"{mm}, {ss}, {per_ch}, {o.zp}, {lo}, {hi}, {runtime});")
@@ -586,6 +625,21 @@ class _Gen:
             raise ExportError(f"BATCH_MATMUL #{op.index}: batch broadcast {a.shape} x {b.shape}")
         m, s = quantize_multiplier(float(_f32(a.s * b.s)) / float(o.s))
         self.macs += nb * M * N * K
+        sel = _one_hot_rows(a) if ba == 1 and K <= 16 and _fast_shift(s) else None
+        if sel is not None:  # the Hamilton expansion: each row picks one column of B, +-q
+            rows, q = sel
+            self.body.append(f"  qsa_bmm_sel({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[1])}, "
+                             f"{-b.zp}, {nb}, {K * N if bb > 1 else 0}, {M}, {K}, {N}, "
+                             f"{self.i32s(rows, 'uint8_t')}, {2 * q}, {m}, {-s}, {o.zp});")
+            return
+        Kp = K + K % 2
+        if (a.data is None and b.data is None and _fast_shift(s) and M * Kp <= 640
+                and Kp <= 128 and K * 255 * 255 < _ACC_BOUND):
+            self.body.append(f"  qsa_bmmf({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+                             f"{-a.zp}, {self.ptr(op.inputs[1])}, {-b.zp}, {nb}, "
+                             f"{M * K if ba > 1 else 0}, {K * N if bb > 1 else 0}, {M}, {K}, {N}, "
+                             f"{m}, {-s}, {o.zp});")
+            return
         a16 = "0"
         if a.data is not None and ba == 1 and K <= 64:  # constant left operand + its offset
             a16 = self.i32s(a.data.astype(np.int64).reshape(M, K) - a.zp, "int16_t")
@@ -624,12 +678,35 @@ class _Gen:
         b = self.ptr(bias) if bias is not None else "0"
         self.macs += nb * oh * ow * oc * kh * kw * (1 if depthwise else ic)
         if depthwise:
+            sh = [s_ for _, s_ in self._conv_ms(x, w, o, oc)]
+            wd = w.data.astype(np.int64).reshape(kh * kw, oc) if w.data is not None else None
+            bd = self.T(bias).data if bias is not None else np.zeros(oc, np.int64)
+            if (dm == 1 and kh * kw <= 32 and wd is not None and bd is not None
+                    and all(_fast_shift(s_) for s_ in sh) and (lo, hi) == (-128, 127)
+                    and int((np.abs(wd).sum(0) * 255 + np.abs(bd.astype(np.int64))).max())
+                    < _ACC_BOUND):
+                self.body.append(f"  qsa_dwconvf({self.ptr(op.outputs[0])}, "
+                                 f"{self.ptr(op.inputs[0])}, {self.ptr(op.inputs[1])}, {b}, "
+                                 f"{mm}, {ss}, &{p});")
+                return
             self.body.append(f"  qsa_dwconv({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
                              f"{self.ptr(op.inputs[1])}, {b}, {mm}, {ss}, &{p});")
             return
         if w.data is None:
             raise ExportError(f"CONV_2D #{op.index}: the filter must be a constant")
-        fsum = self.i32s(w.data.astype(np.int64).reshape(oc, kh * kw, ic).sum(-1))
+        wd = w.data.astype(np.int64).reshape(oc, kh * kw, ic)
+        shifts = [s_ for _, s_ in (self._conv_ms(x, w, o, oc))]
+        bb = np.zeros(oc, np.int64) if bias is None else self.T(bias).data
+        bound = (int((np.abs(wd).sum((1, 2)) * 255 + np.abs(bb.astype(np.int64).reshape(-1)))
+                     .max()) if bb is not None else _ACC_BOUND)
+        if (ic % 4 == 0 and kh * kw * ic <= 256 and all(_fast_shift(s_) for s_ in shifts)
+                and (lo, hi) == (-128, 127) and bound < _ACC_BOUND):
+            # zero-point padding: the input offset's term over all taps folds into the bias
+            kb = self.i32s((-x.zp) * wd.sum((1, 2)) + bb.astype(np.int64).reshape(-1))
+            self.body.append(f"  qsa_convf({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+                             f"{self.ptr(op.inputs[1])}, {kb}, {mm}, {ss}, &{p});")
+            return
+        fsum = self.i32s(wd.sum(-1))
         self.body.append(f"  qsa_conv({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
                          f"{self.ptr(op.inputs[1])}, {b}, {mm}, {ss}, &{p}, {fsum});")
 
@@ -640,12 +717,43 @@ class _Gen:
         self._conv(op, True)
 
 
+# the fast requantisation (qsa_rqf in qsa.export.c_kernels): exact for |acc| < 2^30 and a
+# right shift of 1..22 bits; other ops keep the reference kernels
+_ACC_BOUND = 1 << 30
+
+
+def _fast_shift(shift: int) -> bool:
+    return -22 <= shift <= -1
+
+
+def _fast_term(shift: int) -> bool:
+    return -22 <= shift <= 0
+
+
+def _one_hot_rows(a: Tensor) -> tuple[list[int], int] | None:
+    """A constant (M, K) left operand whose rows (A - zero point) each hold one non-zero of
+    the same magnitude q: (sel[i] = 2 k_i + (sign < 0), q), else None."""
+    if a.data is None or a.scale.size > 1:
+        return None
+    A = a.data.astype(np.int64).reshape(a.shape[-2], a.shape[-1]) - a.zp
+    nz = A != 0
+    if not np.all(nz.sum(1) == 1):
+        return None
+    k = nz.argmax(1)
+    v = A[np.arange(len(A)), k]
+    q = int(abs(v[0]))
+    if not np.all(np.abs(v) == q) or q * 255 >= _ACC_BOUND:
+        return None
+    return [int(2 * kk + (vv < 0)) for kk, vv in zip(k, v, strict=True)], q
+
+
 def _itemsize(dtype: str) -> int:
     return np.dtype(dtype).itemsize
 
 
 def generate_c(tflite_path: str | os.PathLike, out_dir: str | os.PathLike,
-               debug: bool = False, header_note: str = "") -> CNetwork:
+               debug: bool = False, header_note: str = "",
+               rsqrt_tables: bool = True) -> CNetwork:
     """Write qsa_nn.h, qsa_net.h, qsa_net.c for the int8 network in ``tflite_path``.
 
     ``debug``: every tensor keeps its own arena slot and ``qsa_net_debug_tensors`` lists
@@ -660,6 +768,7 @@ def generate_c(tflite_path: str | os.PathLike, out_dir: str | os.PathLike,
             raise ExportError(f"graph input/output {i} is {g.tensors[i].dtype}; int8 only")
     gen = _Gen(g, debug)
     gen.lut_decls, gen.lut_bytes = [], 0
+    gen.rsqrt_tables = rsqrt_tables
     gen.plan()
     for op in g.ops:
         gen.emit(op)
@@ -907,9 +1016,14 @@ def generate_dsp(step, net: CNetwork, out_dir: str | os.PathLike) -> list[Path]:
         f"  float in_buf[{n - hop}]; /* analysis history */",
         f"  float ola[{n - hop}];    /* overlap-add tail */",
         "  qsa_net_state net;",
+        "  float atten_g; /* the input's share of the output (qsa_set_atten_lim), 0: none */",
         "} qsa_state;", "",
         "void qsa_init(qsa_state *s);",
         "void qsa_step(qsa_state *s, const int16_t *in, int16_t *out);",
+        "/* strength control: the output may lie at most db below the input, out = (1 - g)",
+        " * enhanced + g input (delayed to line up), g = 10^(-db / 20) (qsa.enhancement's",
+        " * atten_lim_db); db < 0 or NaN: no limit (the default). Takes effect at the next hop. */",
+        "void qsa_set_atten_lim(qsa_state *s, float db);",
         "unsigned long qsa_state_bytes(void); /* sizeof(qsa_state), for bindings */",
         "#endif", "",
     ]
@@ -1008,6 +1122,11 @@ def generate_dsp(step, net: CNetwork, out_dir: str | os.PathLike) -> list[Path]:
         "  memset(s->in_buf, 0, sizeof s->in_buf);",
         "  memset(s->ola, 0, sizeof s->ola);",
         "  qsa_net_init(&s->net);",
+        "  s->atten_g = 0.0f;",
+        "}",
+        "",
+        "void qsa_set_atten_lim(qsa_state *s, float db) {",
+        "  s->atten_g = db >= 0.0f ? qsa_expf(db * -0.115129255f) : 0.0f; /* ln(10) / 20 */",
         "}",
         "",
         "unsigned long qsa_state_bytes(void) { return (unsigned long)sizeof(qsa_state); }",
@@ -1015,7 +1134,10 @@ def generate_dsp(step, net: CNetwork, out_dir: str | os.PathLike) -> list[Path]:
         "void qsa_step(qsa_state *s, const int16_t *in, int16_t *out) {",
         "  float re[N], im[N], magc[NF], cs[NF], sn[NF];",
         "  int8_t x[4 * NF], mask[NF], res[2 * NF];",
+        "  float dry[HOP]; /* the input N - HOP samples before this hop's outputs */",
+        "  const float g = s->atten_g;",
         "  int i;",
+        "  if (g != 0.0f) memcpy(dry, s->in_buf, sizeof dry);",
         "  for (i = 0; i < N - HOP; ++i) re[i] = s->in_buf[i] * qsa_win[i];",
         "  for (i = 0; i < HOP; ++i) {",
         "    float v = (float)in[i] * (1.0f / 32768.0f);",
@@ -1052,7 +1174,7 @@ def generate_dsp(step, net: CNetwork, out_dir: str | os.PathLike) -> list[Path]:
         "    float v = re[i] * (1.0f / N) * qsa_swin[i];",
         "    if (i < N - HOP) v += s->ola[i];",
         "    if (i < HOP) {",
-        "      float o = v * 32768.0f;",
+        "      float o = (g != 0.0f ? (1.0f - g) * v + g * dry[i] : v) * 32768.0f;",
         "      o = qsa_rint(o < -40000.f ? -40000.f : (o > 40000.f ? 40000.f : o));",
         "      out[i] = (int16_t)(o < -32768.f ? -32768 : (o > 32767.f ? 32767 : (int)o));",
         "    } else {",
@@ -1528,13 +1650,20 @@ def verify_c(out_dir, tflite_path, step, net: CNetwork, wave: np.ndarray,
 
 
 def c_header_note(model_name: str, rep: dict | None) -> str:
-    m4 = (rep or {}).get("mcu", {}).get("cortex-m4", {})
-    if "instructions_per_hop_mean" not in m4:
+    """The measured line of the generated header: per Cortex-M core, flash (all code), RAM
+    (static + stack high-water) and instructions per hop (QEMU -icount shift=0, SysTick)."""
+    mcu = (rep or {}).get("mcu", {})
+    parts = []
+    for cpu, r in mcu.items():
+        if "instructions_per_hop_mean" not in r:
+            continue
+        parts.append(f"{cpu} (QEMU {r['machine']}, -icount shift=0, SysTick): flash "
+                     f"{r['flash_bytes']:,} B, RAM {r['ram_bytes']:,} B (static "
+                     f"{r['static_ram_bytes']:,} + stack {r['stack_bytes']:,}), "
+                     f"{r['instructions_per_hop_mean']:,.0f} instructions per hop")
+    if not parts:
         return f"{model_name}: Cortex-M figures not measured (no Arm toolchain at export)"
-    return (f"{model_name} on Cortex-M4F (QEMU mps2-an386, -icount shift=0): flash "
-            f"{m4['flash_bytes']:,} B, RAM {m4['ram_bytes']:,} B (static {m4['static_ram_bytes']:,}"
-            f" + stack {m4['stack_bytes']:,}), {m4['instructions_per_hop_mean']:,.0f} "
-            "instructions per hop")
+    return f"{model_name} measured on " + ";\n * ".join(parts)
 
 
 def export_c(model, out_dir, model_name: str | None = None, force: bool = False,
@@ -1642,20 +1771,23 @@ class CRuntime:
     compiled with the host cc into a shared library and called through ctypes, one hop per
     ``step``; the state is the ``qsa_state`` struct's bytes (float32 values 0..255, so it
     round-trips the Runtime interface unchanged). Float frames map to int16 at full scale
-    32768, as ``to_pcm16``."""
+    32768, as ``to_pcm16``. ``atten_lim_db``: the C strength control (``qsa_set_atten_lim``,
+    the mix of ``qsa.enhancement``, done in float before the int16 rounding); None: none."""
 
     kind = "c"
 
-    def __new__(cls, folder):
+    def __new__(cls, folder, atten_lim_db: float | None = None):
         from .runtimes import Runtime
 
         class _CRuntime(Runtime):
             kind = "c"
 
-            def __init__(self, folder):
+            def __init__(self, folder, atten_lim_db):
                 import ctypes
                 import re
                 import tempfile
+
+                from qsa.enhancement import check_atten_lim
 
                 folder = Path(folder)
                 self.source = str(folder / "qsa_net.c")
@@ -1672,6 +1804,9 @@ class CRuntime:
                     raise ExportError(f"c runtime build failed: {r.stderr[-2000:]}")
                 self._lib = ctypes.CDLL(str(so))
                 self._lib.qsa_state_bytes.restype = ctypes.c_ulong
+                self._lib.qsa_set_atten_lim.argtypes = [ctypes.c_void_p, ctypes.c_float]
+                db = check_atten_lim(atten_lim_db)
+                self.atten_lim_db = -1.0 if db is None else float(db)
                 self._nbytes = int(self._lib.qsa_state_bytes())
                 hop = int(re.search(r"#define QSA_HOP (\d+)",
                                     (folder / "qsa_enhancer.h").read_text()).group(1))
@@ -1682,6 +1817,7 @@ class CRuntime:
 
                 buf = (ctypes.c_uint8 * self._nbytes)()
                 self._lib.qsa_init(buf)
+                self._lib.qsa_set_atten_lim(buf, self.atten_lim_db)
                 return [np.frombuffer(buf, np.uint8).astype(np.float32)]
 
             def _run(self, inputs):
@@ -1697,4 +1833,4 @@ class CRuntime:
                 return [(out.astype(np.float32) / 32768.0).reshape(1, self.hop),
                         np.frombuffer(buf, np.uint8).astype(np.float32)]
 
-        return _CRuntime(folder)
+        return _CRuntime(folder, atten_lim_db)

@@ -11,6 +11,15 @@ shifts are computed in Python (``qsa.export.c_export``) exactly as each kernel's
 does, and written next to the weights as ``const`` arrays. No heap, no float, no libc beyond
 ``string.h``; the int64 divisions of the reference are written as shifts (Cortex-M has no
 64-bit divide instruction).
+
+The exporter calls the faster kernels (``qsa_addf``, ``qsa_mulf``, ``qsa_fcf``, ``qsa_convf``,
+``qsa_dwconvf``, ``qsa_bmmf``, ``qsa_bmm_sel``, RSQRT as a table) where it can prove from the
+constants that they compute the same integers: the requantisation in SMMLAR form
+(``qsa_rqf``: exact for |acc| < 2^30 and a right shift of 1..22 bits, bounded at export from
+the weights), SMLAD / SXTB16 dot products on cores with the DSP extension (portable C on the
+host, the same integers), the quaternion Hamilton expansion (a constant BATCH_MATMUL whose
+rows each pick one component, +-q) as a selection of 2K requantised values per column,
+convolutions through a zero-point-padded im2col column. Elsewhere the reference kernels run.
 """
 
 QSA_NN_H = r"""/* qsa_nn.h: int8 kernels of a `qsa export --target c` network (generated; see
@@ -134,7 +143,7 @@ static void qsa_gather4(int8_t *restrict out, const int8_t *in, const int16_t n[
       for (c = 0; c < n[2]; ++c) {
         const int8_t *p = in + a * s[0] + b * s[1] + c * s[2];
         if (s[3] == 1) { memcpy(out, p, (size_t)n[3]); out += n[3]; }
-        else for (d = 0; d < n[3]; ++d) *out++ = p[d * s[3]];
+        else for (d = 0; d < n[3]; ++d, p += s[3]) *out++ = *p;
       }
 }
 
@@ -504,6 +513,337 @@ static void qsa_dwconv(int8_t *restrict out, const int8_t *x, const int8_t *f, c
           *out++ = (int8_t)QSA_MIN(QSA_MAX(v, p->lo), p->hi);
         }
       }
+}
+
+/* ---- fast exact requantisation ------------------------------------------------------------
+ * For |acc| < 2^30 (checked at export from the weights), a multiplier m in [0, 2^31) and a
+ * right shift e in [1, 22] (else the exporter calls the kernels above):
+ *   qsa_rq(acc, m, e) + off == (SMMLAR(2 acc, m, c + [acc < 0])) >> e, c = 2^(e-1) + off 2^e,
+ * because SMMLAR(2a, m, c) = c + floor((a m + 2^30) / 2^31) = c + srdhm(a, m), and the
+ * round-half-away division by 2^e of t = srdhm(a, m) is floor((t + 2^(e-1) - [t < 0]) / 2^e)
+ * where [t < 0] may be replaced by [a < 0] (they differ only for t = 0, where both give 0);
+ * off 2^e commutes with the floor. Three instructions and a saturation on the DSP extension,
+ * the same integers in portable C. */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+static inline int32_t qsa_smmlar(int32_t a, int32_t b, int32_t c) {
+  int32_t r;
+  __asm("smmlar %0, %1, %2, %3" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+static inline int8_t qsa_ssat8(int32_t v) { return (int8_t)__ssat(v, 8); }
+/* bytes 1 and 3 sign-extended to halfwords (one SXTB16 with its rotation) */
+static inline uint32_t qsa_sxtb16_ror8(uint32_t x) {
+  uint32_t r;
+  __asm("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(x));
+  return r;
+}
+#else
+static inline int32_t qsa_smmlar(int32_t a, int32_t b, int32_t c) {
+  return (int32_t)(((int64_t)a * b + (int64_t)c * 4294967296LL + 2147483648LL) >> 32);
+}
+static inline int8_t qsa_ssat8(int32_t v) { return qsa_sat8(v); }
+#endif
+
+/* c of the fast requantisation for right shift e >= 1 and output offset off */
+static inline int32_t qsa_rqc(int32_t e, int32_t off) {
+  return ((int32_t)1 << (e - 1)) + off * ((int32_t)1 << e);
+}
+
+/* requant(acc) + off, saturated to int8, from acc2 = 2 acc */
+static inline int8_t qsa_rqf(int32_t acc2, int32_t m, int32_t e, int32_t c) {
+  return qsa_ssat8(qsa_smmlar(acc2, m, c + (acc2 >> 31)) >> e);
+}
+
+/* the unsaturated rescale of one ADD operand, e in [0, 22] (k = e ? -1 : 0, h = 2^(e-1) or 0) */
+static inline int32_t qsa_rqterm(int32_t acc2, int32_t m, int32_t e, int32_t h, int32_t k) {
+  return qsa_smmlar(acc2, m, h + ((acc2 >> 31) & k)) >> e;
+}
+
+typedef struct { int32_t off1, off2, m1, e1, m2, e2, mo, eo, out_off, sub; } qsa_addf_p;
+
+/* ADD / SUB with the fast requantisation (same integers as qsa_add) */
+static void qsa_addf(int8_t *restrict out, const int8_t *x, const int8_t *y, const qsa_bcast *bc,
+                     const qsa_addf_p *p) {
+  int32_t a, b, c, d;
+  const int32_t n3 = bc->n[3], sa3 = bc->sa[3], sb3 = bc->sb[3];
+  const int32_t m1 = p->m1, m2 = p->m2, mo = p->mo, o1 = p->off1, o2 = p->off2;
+  const int32_t e1 = p->e1, e2 = p->e2, eo = p->eo, co = qsa_rqc(p->eo, p->out_off);
+  const int32_t h1 = e1 ? (int32_t)1 << (e1 - 1) : 0, k1 = e1 ? -1 : 0;
+  const int32_t h2 = e2 ? (int32_t)1 << (e2 - 1) : 0, k2 = e2 ? -1 : 0;
+  const int32_t sm = p->sub ? -1 : 0;
+  for (a = 0; a < bc->n[0]; ++a)
+    for (b = 0; b < bc->n[1]; ++b)
+      for (c = 0; c < bc->n[2]; ++c) {
+        const int8_t *px = x + a * bc->sa[0] + b * bc->sa[1] + c * bc->sa[2];
+        const int8_t *py = y + a * bc->sb[0] + b * bc->sb[1] + c * bc->sb[2];
+        for (d = 0; d < n3; ++d, px += sa3, py += sb3) {
+          int32_t r1 = qsa_rqterm((o1 + *px) * (1 << 21), m1, e1, h1, k1);
+          int32_t r2 = qsa_rqterm((o2 + *py) * (1 << 21), m2, e2, h2, k2);
+          *out++ = qsa_rqf((r1 + ((r2 ^ sm) - sm)) * 2, mo, eo, co);
+        }
+      }
+}
+
+typedef struct { int32_t off1, off2, m, e, out_off; } qsa_mulf_p;
+
+/* MUL with the fast requantisation (same integers as qsa_mul) */
+static void qsa_mulf(int8_t *restrict out, const int8_t *x, const int8_t *y, const qsa_bcast *bc,
+                     const qsa_mulf_p *p) {
+  int32_t a, b, c, d;
+  const int32_t n3 = bc->n[3], sa3 = bc->sa[3], sb3 = bc->sb[3];
+  const int32_t o1 = p->off1, o2 = p->off2, m = p->m, e = p->e, co = qsa_rqc(p->e, p->out_off);
+  for (a = 0; a < bc->n[0]; ++a)
+    for (b = 0; b < bc->n[1]; ++b)
+      for (c = 0; c < bc->n[2]; ++c) {
+        const int8_t *px = x + a * bc->sa[0] + b * bc->sa[1] + c * bc->sa[2];
+        const int8_t *py = y + a * bc->sb[0] + b * bc->sb[1] + c * bc->sb[2];
+        for (d = 0; d < n3; ++d, px += sa3, py += sb3)
+          *out++ = qsa_rqf((o1 + *px) * (o2 + *py) * 2, m, e, co);
+      }
+}
+
+/* BATCH_MATMUL whose constant left operand (A + a_off) has one non-zero per row, +-q: the
+ * quaternion Hamilton expansion, out[i][j] = requant(+-q (B[k_i][j] + b_off)). The 2K
+ * distinct values of a column are requantised once and scattered to the M rows;
+ * sel[i] = 2 k_i + (sign_i < 0), q2 = 2 q. K <= 16. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("O3"))) /* unrolled: 1.6x fewer instructions, +0.2 KB */
+#endif
+static void qsa_bmm_sel(int8_t *restrict out, const int8_t *B, int32_t b_off, int32_t nb,
+                        int32_t b_bs, int32_t M, int32_t K, int32_t N, const uint8_t *sel,
+                        int32_t q2, int32_t m, int32_t e, int32_t off) {
+  int32_t b, i, j, k;
+  int8_t y[32];
+  const int32_t c = qsa_rqc(e, off);
+  for (b = 0; b < nb; ++b) {
+    const int8_t *pb = B + b * b_bs;
+    int8_t *po = out + b * M * N;
+    for (j = 0; j < N; ++j, ++po) {
+      for (k = 0; k < K; ++k) {
+        int32_t v = (pb[k * N + j] + b_off) * q2;
+        y[2 * k] = qsa_rqf(v, m, e, c);
+        y[2 * k + 1] = qsa_rqf(-v, m, e, c);
+      }
+      for (i = 0; i < M; ++i) po[i * N] = y[sel[i]];
+    }
+  }
+}
+
+/* sum_k x[k] w[k] for n a multiple of 4 (no tail) */
+static inline int32_t qsa_dot8x4(const int8_t *x, const int8_t *w, int32_t n) {
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+  int32_t acc = 0, k;
+  for (k = 0; k < n; k += 4) {
+    uint32_t xv, wv;
+    memcpy(&xv, x + k, 4);
+    memcpy(&wv, w + k, 4);
+    acc = __smlad(__sxtb16(xv), __sxtb16(wv), acc);
+    acc = __smlad(qsa_sxtb16_ror8(xv), qsa_sxtb16_ror8(wv), acc);
+  }
+  return acc;
+#else
+  return qsa_dot8(x, w, n);
+#endif
+}
+
+/* one row x (n a multiple of 4) as halfword pairs in SMLAD order, (x0, x2), (x1, x3), ... */
+static inline void qsa_expand16(uint32_t *xe, const int8_t *x, int32_t n) {
+  int32_t k;
+  for (k = 0; k < n; k += 4, xe += 2) {
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+    uint32_t xv;
+    memcpy(&xv, x + k, 4);
+    xe[0] = __sxtb16(xv);
+    xe[1] = qsa_sxtb16_ror8(xv);
+#else
+    xe[0] = (uint32_t)(uint16_t)x[k] | ((uint32_t)(uint16_t)x[k + 2] << 16);
+    xe[1] = (uint32_t)(uint16_t)x[k + 1] | ((uint32_t)(uint16_t)x[k + 3] << 16);
+#endif
+  }
+}
+
+/* two dot products of an expanded row with two int8 weight rows (n a multiple of 4) */
+static inline void qsa_dot2(const uint32_t *xe, const int8_t *w0, const int8_t *w1, int32_t n,
+                            int32_t *a0, int32_t *a1) {
+  int32_t s0 = 0, s1 = 0, k;
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+  for (k = 0; k < n; k += 4, xe += 2) {
+    uint32_t v0, v1;
+    memcpy(&v0, w0 + k, 4);
+    memcpy(&v1, w1 + k, 4);
+    s0 = __smlad(xe[0], __sxtb16(v0), s0);
+    s1 = __smlad(xe[0], __sxtb16(v1), s1);
+    s0 = __smlad(xe[1], qsa_sxtb16_ror8(v0), s0);
+    s1 = __smlad(xe[1], qsa_sxtb16_ror8(v1), s1);
+  }
+#else
+  for (k = 0; k < n; k += 4, xe += 2) {
+    int32_t p0 = (int16_t)(xe[0] & 0xFFFF), p2 = (int16_t)(xe[0] >> 16);
+    int32_t p1 = (int16_t)(xe[1] & 0xFFFF), p3 = (int16_t)(xe[1] >> 16);
+    s0 += p0 * w0[k] + p1 * w0[k + 1] + p2 * w0[k + 2] + p3 * w0[k + 3];
+    s1 += p0 * w1[k] + p1 * w1[k + 1] + p2 * w1[k + 2] + p3 * w1[k + 3];
+  }
+#endif
+  *a0 = s0;
+  *a1 = s1;
+}
+
+/* FULLY_CONNECTED with the fast requantisation (per-channel shifts all in [-22, -1]); kbias as
+ * in qsa_fc. Activation weights (runtime_sums): the weight-row sums once per unit, not per row
+ * (units <= 128). Same integers as qsa_fc. */
+static void qsa_fcf(int8_t *restrict out, const int8_t *x, int32_t x_off, const int8_t *w,
+                    int32_t w_off, const int32_t *kbias, int32_t rows, int32_t depth,
+                    int32_t units, const int32_t *mult, const int8_t *shift, int32_t per_channel,
+                    int32_t out_off, int32_t runtime_sums) {
+  int32_t r, u, wsum[128];
+  uint32_t xe[128];
+  const int32_t d4 = depth & ~3;
+  if (runtime_sums)
+    for (u = 0; u < units; ++u)
+      wsum[u] = x_off * qsa_sum8(w + u * depth, depth) + depth * x_off * w_off
+                + (kbias ? kbias[u] : 0);
+  for (r = 0; r < rows; ++r, x += depth) {
+    int32_t sx = runtime_sums && w_off ? w_off * qsa_sum8(x, depth) : 0;
+    int32_t dots[2];
+    qsa_expand16(xe, x, d4);
+    for (u = 0; u < units; ++u) {
+      const int8_t *pw = w + u * depth;
+      const int32_t ch = per_channel ? u : 0, e = -shift[ch];
+      int32_t acc, k;
+      if (!(u & 1)) {
+        if (u + 1 < units) qsa_dot2(xe, pw, pw + depth, d4, &dots[0], &dots[1]);
+        else dots[0] = qsa_dot8x4(x, pw, d4);
+      }
+      acc = dots[u & 1];
+      for (k = d4; k < depth; ++k) acc += x[k] * pw[k];
+      acc += runtime_sums ? wsum[u] + sx : (kbias ? kbias[u] : 0);
+      *out++ = qsa_rqf(acc * 2, mult[ch], e, qsa_rqc(e, out_off));
+    }
+  }
+}
+
+/* CONV_2D with in_c a multiple of 4 and the fast requantisation (same integers as qsa_conv).
+ * Per output pixel the taps are gathered into one contiguous column (im2col, T C <= 256
+ * bytes), taps in the padding filled with the input zero point (x + in_off = 0 there, as the
+ * reference skips them), so each channel is one straight dot product over the filter row
+ * [k_h][k_w][in_c]; kbias[oc] = bias + in_off * (the filter's sum), folded at export. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) /* word copies, no memcpy call */
+#endif
+static void qsa_convf(int8_t *restrict out, const int8_t *x, const int8_t *f, const int32_t *kbias,
+                      const int32_t *mult, const int8_t *shift, const qsa_conv_p *p) {
+  int32_t n, oy, ox, oc, ky, kx, k;
+  uint32_t colw[64];
+  int8_t *col = (int8_t *)colw;
+  const int32_t C = p->in_c, TC = p->k_h * p->k_w * C, OC = p->out_c;
+  const uint32_t zp4 = 0x01010101u * (uint8_t)(int8_t)(-p->in_off);
+  for (n = 0; n < p->batches; ++n)
+    for (oy = 0; oy < p->out_h; ++oy)
+      for (ox = 0; ox < p->out_w; ++ox) {
+        uint32_t *pc = colw;
+        for (ky = 0; ky < p->k_h; ++ky) {
+          int32_t iy = oy * p->stride_h - p->pad_h + ky * p->dil_h;
+          for (kx = 0; kx < p->k_w; ++kx) {
+            int32_t ix = ox * p->stride_w - p->pad_w + kx * p->dil_w;
+            if (iy < 0 || iy >= p->in_h || ix < 0 || ix >= p->in_w) {
+              for (k = 0; k < C; k += 4) *pc++ = zp4;
+            } else {
+              const int8_t *px = x + ((n * p->in_h + iy) * p->in_w + ix) * C;
+              for (k = 0; k < C; k += 4) {
+                uint32_t v;
+                memcpy(&v, px + k, 4);
+                *pc++ = v;
+              }
+            }
+          }
+        }
+        for (oc = 0; oc < OC; ++oc) {
+          const int32_t e = -shift[oc];
+          int32_t acc = qsa_dot8x4(col, f + oc * TC, TC) + kbias[oc];
+          *out++ = qsa_rqf(acc * 2, mult[oc], e, qsa_rqc(e, p->out_off));
+        }
+      }
+}
+
+/* BATCH_MATMUL of two activations with the fast requantisation (same integers as qsa_bmm):
+ * A + a_off as int16 rows (K padded to even) once per batch, each column of B + b_off as
+ * int16 once, then two MACs per SMLAD. M Kp <= 640, Kp <= 128. */
+static void qsa_bmmf(int8_t *restrict out, const int8_t *A, int32_t a_off, const int8_t *B,
+                     int32_t b_off, int32_t nb, int32_t a_bs, int32_t b_bs, int32_t M, int32_t K,
+                     int32_t N, int32_t mult, int32_t e, int32_t out_off) {
+  int32_t b, i, j, k;
+  int16_t a16[640], col[128];
+  const int32_t Kp = (K + 1) & ~1, c = qsa_rqc(e, out_off);
+  for (b = 0; b < nb; ++b) {
+    const int8_t *pa = A + b * a_bs, *pb = B + b * b_bs;
+    int8_t *po = out + b * M * N;
+    if (b == 0 || a_bs)
+      for (i = 0; i < M; ++i) {
+        for (k = 0; k < K; ++k) a16[i * Kp + k] = (int16_t)(pa[i * K + k] + a_off);
+        if (Kp != K) a16[i * Kp + K] = 0;
+      }
+    for (j = 0; j < N; ++j) {
+      for (k = 0; k < K; ++k) col[k] = (int16_t)(pb[k * N + j] + b_off);
+      if (Kp != K) col[K] = 0;
+      for (i = 0; i < M; ++i) {
+        const int16_t *pr = a16 + i * Kp;
+        int32_t acc = 0;
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+        for (k = 0; k < Kp; k += 2) {
+          uint32_t av, cv;
+          memcpy(&av, pr + k, 4);
+          memcpy(&cv, col + k, 4);
+          acc = __smlad(av, cv, acc);
+        }
+#else
+        for (k = 0; k < Kp; ++k) acc += pr[k] * col[k];
+#endif
+        po[i * N + j] = qsa_rqf(acc * 2, mult, e, c);
+      }
+    }
+  }
+}
+
+/* DEPTHWISE_CONV_2D, depth multiplier 1, the fast requantisation (same integers as
+ * qsa_dwconv): per output pixel the valid taps are listed once (T <= 32), then each channel
+ * accumulates in a register over them */
+static void qsa_dwconvf(int8_t *restrict out, const int8_t *x, const int8_t *f,
+                        const int32_t *bias, const int32_t *mult, const int8_t *shift,
+                        const qsa_conv_p *p) {
+  int32_t n, oy, ox, ky, kx, ic, t, nt;
+  const int8_t *tx[32], *tf[32];
+  const int32_t C = p->out_c, in_off = p->in_off;
+  for (n = 0; n < p->batches; ++n)
+    for (oy = 0; oy < p->out_h; ++oy)
+      for (ox = 0; ox < p->out_w; ++ox) {
+        nt = 0;
+        for (ky = 0; ky < p->k_h; ++ky) {
+          int32_t iy = oy * p->stride_h - p->pad_h + ky * p->dil_h;
+          if (iy < 0 || iy >= p->in_h) continue;
+          for (kx = 0; kx < p->k_w; ++kx) {
+            int32_t ix = ox * p->stride_w - p->pad_w + kx * p->dil_w;
+            if (ix < 0 || ix >= p->in_w) continue;
+            tx[nt] = x + ((n * p->in_h + iy) * p->in_w + ix) * C;
+            tf[nt++] = f + (ky * p->k_w + kx) * C;
+          }
+        }
+        for (ic = 0; ic < C; ++ic) {
+          const int32_t e = -shift[ic];
+          int32_t acc = bias ? bias[ic] : 0;
+          for (t = 0; t < nt; ++t) acc += tf[t][ic] * (tx[t][ic] + in_off);
+          *out++ = qsa_rqf(acc * 2, mult[ic], e, qsa_rqc(e, p->out_off));
+        }
+      }
+}
+
+/* 256-entry int8 table of an int8 -> int8 op (RSQRT), filled at init by the reference kernel */
+static void qsa_rsqrt_table(int8_t lut[256], int32_t in_off, int32_t m, int32_t s,
+                            int32_t out_off) {
+  int8_t v[256], o[256];
+  int32_t k;
+  for (k = 0; k < 256; ++k) v[k] = (int8_t)(k - 128);
+  qsa_rsqrt(o, v, 256, in_off, m, s, out_off);
+  for (k = 0; k < 256; ++k) lut[(uint8_t)(k - 128)] = o[k];
 }
 
 #endif /* QSA_NN_H */

@@ -154,3 +154,39 @@ def test_bad_data_is_a_clean_error(tmp_path):
     r = qsa("compare", "qcgan-35k", "--data", f"synth:{empty}", "--out", tmp_path / "o",
             check=False)
     assert r.returncode == 2 and str(empty) in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.fixture(scope="module")
+def compared_c(pairs, tmp_path_factory):
+    """qcgan-35k on its generated C build (`c`, int8 only: no c-fp32 row is made even when
+    fp32 is asked for), beside the torch fp32 reference."""
+    from qsa.export.c_export import host_cc
+
+    if host_cc() is None:
+        pytest.skip("no host C compiler (cc/gcc/clang) for the c runtime")
+    out = tmp_path_factory.mktemp("cmp-c") / "out"
+    r = qsa("compare", "qcgan-35k", "--data", f"synth:{pairs}", "--runtimes", "c",
+            "--precisions", "fp32,int8", "--out", out, "--quiet")
+    return out, r, json.loads((out / "results.json").read_text())
+
+
+@pytest.mark.slow
+def test_c_runtime_row(compared_c):
+    """The C build is a row of its own (int8), streamed hop by hop and scored like the
+    others (its PESQ-WB against TFLite-Micro's on 20 utterances: tests/test_export_c.py)."""
+    out, r, res = compared_c
+    rows = {(x["runtime"], x["precision"]): x for x in res["rows"] if x["model"] == "qcgan-35k"}
+    assert set(rows) == {("torch", "fp32"), ("c", "int8")}
+    c = rows["c", "int8"]
+    assert c["status"] == "ok", c["error"]
+    assert c["counts"]["pesq_wb"] == 3 and abs(c["delta_pesq_wb"]) < 0.3  # int8, not broken
+    assert c["artifact"].endswith("qsa_net.c") and (out / c["artifact"]).is_file()
+    assert c["rtf"] > 0 and 0 < c["hop_ms_median"] <= c["hop_ms_p99"]
+    assert "| qcgan-35k | c | int8 |" in (out / "results.md").read_text()
+
+
+def test_c_runtime_needs_int8(pairs, tmp_path):
+    r = qsa("compare", "qcgan-35k", "--data", f"synth:{pairs}", "--runtimes", "c",
+            "--precisions", "fp32", "--out", tmp_path / "o", check=False)
+    assert r.returncode == 2 and "'c' runs only int8" in r.stderr
+    assert "Traceback" not in r.stderr

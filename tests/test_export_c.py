@@ -109,6 +109,40 @@ def test_fixed_point_primitives_match_reference(tmp_path):
         assert tuple(int(v) for v in row.split()) == want, (a, b, s)
 
 
+@needs_cc
+def test_fast_requantisation_equals_the_reference(tmp_path):
+    """qsa_rqf (SMMLAR form: 2 acc, c = 2^(e-1) + off 2^e, the sign of acc for the sign of
+    the product) gives qsa_rq(acc, m, e) + off, saturated, for |acc| < 2^30 and e in 1..22,
+    on random and edge values (acc = 0, +-1, +-(2^30 - 1), products rounding to 0 from
+    below); qsa_rqterm gives qsa_rq unsaturated."""
+    from qsa.export.c_kernels import QSA_NN_H
+
+    rng = np.random.default_rng(1)
+    n = 4000
+    acc = rng.integers(-(2**30) + 1, 2**30, n)
+    acc[:600] = rng.integers(-3000, 3000, 600)
+    acc[600:606] = [0, 1, -1, 2**30 - 1, -(2**30) + 1, -2]
+    m = rng.integers(2**30, 2**31 - 1, n)
+    m[:50] = 2**30
+    e = rng.integers(1, 23, n)
+    off = rng.integers(-128, 128, n)
+    (tmp_path / "qsa_nn.h").write_text(QSA_NN_H)
+    (tmp_path / "t.c").write_text(
+        '#include <stdio.h>\n#include "qsa_nn.h"\nint main(void){long a,m;int e,o;'
+        'while(scanf("%ld %ld %d %d",&a,&m,&e,&o)==4){int32_t r=qsa_rq((int32_t)a,(int32_t)m,e);'
+        'printf("%d %d %d %d\\n",qsa_rqf((int32_t)(2*a),(int32_t)m,e,qsa_rqc(e,o)),'
+        'qsa_sat8(r+o),qsa_rqterm((int32_t)(2*a),(int32_t)m,e,1<<(e-1),-1),r);}return 0;}\n')
+    exe = tmp_path / "t"
+    subprocess.run([host_cc(), "-std=c99", "-O2", "-Wno-unused-function", "-o", str(exe),
+                    str(tmp_path / "t.c"), f"-I{tmp_path}"], check=True)
+    lines = "\n".join(f"{a} {b} {c} {d}" for a, b, c, d in zip(acc, m, e, off, strict=True))
+    got = subprocess.run([str(exe)], input=lines, capture_output=True, text=True, check=True)
+    rows = np.array([[int(v) for v in r.split()] for r in got.stdout.splitlines()])
+    assert len(rows) == n
+    np.testing.assert_array_equal(rows[:, 0], rows[:, 1])
+    np.testing.assert_array_equal(rows[:, 2], rows[:, 3])
+
+
 def test_quantize_multiplier_matches_tflite():
     """QuantizeMultiplier: Q0.31 significand, round half away from zero, 2^31 carried."""
     assert quantize_multiplier(0.5) == (1 << 30, 0)
@@ -258,3 +292,75 @@ def test_c_runtime_streams_like_the_host_build(c_export, tmp_path):
     exe = build_host(tmp_path, PCM_HARNESS, "pcm", sources=("qsa_net.c", "qsa_enhancer.c"))
     host = run_host_pcm(exe, to_pcm16(wave), tmp_path).astype(np.float32) / 32768.0
     np.testing.assert_array_equal(y, host[: len(y)])
+
+
+def test_profiles_use_the_measured_c_build():
+    """cortex-m4 / cortex-m7 carry the measured C build of qcgan-35k (QEMU instruction
+    counts, ELF flash, RAM with stack): the budget check of a C export uses it instead of the
+    MAC estimate, and says so; other models and other targets keep the estimate."""
+    from qsa.export.profiles import PROFILES, check_budget
+
+    report = {"model": "qcgan-35k", "target": "c", "precision": "int8", "bytes": 67552,
+              "mac_per_s": 36882500,
+              "memory": {"arena_bytes": 94640}, "sample_rate": 16000,
+              "io": {"hop": 128, "state_shapes": [[1, 31, 80]]}}
+    for cpu in ("cortex-m4", "cortex-m7"):
+        m = PROFILES[cpu].measured[0]
+        assert m.model == "qcgan-35k" and "icount" in m.how and m.hop_s == 0.008
+        v = check_budget(report, cpu)
+        assert v["basis"] == "measured" and v["measured"]["instructions_per_hop"] > 100_000
+        assert v["cycles_per_s"] == int(m.instructions_per_hop / m.hop_s)
+        assert (v["flash_bytes"], v["ram_bytes"]) == (m.flash_bytes, m.ram_bytes)
+        assert round(v["load"], 4) == round(m.instructions_per_hop / m.hop_s /
+                                            PROFILES[cpu].cpu_hz, 4)
+        if not v["fits"]:
+            assert any("measured CPU load" in t for t in v["violations"])
+    est = check_budget({**report, "model": "toy"}, "cortex-m4")
+    assert est["basis"] == "estimate" and est["measured"] is None
+    tflm = check_budget({**report, "target": "tflm"}, "cortex-m4")  # not the C build's figure
+    assert tflm["basis"] == "estimate"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cpu", ["cortex-m4", "cortex-m7"])
+def test_export_report_and_header_carry_the_measurement(c_export, cpu):
+    """A C export's own QEMU run is what its budget check uses, and the generated header
+    states flash, RAM and instructions per hop for each core."""
+    from qsa.export.profiles import check_budget
+
+    why = arm_toolchain()
+    if why:
+        pytest.skip(why)
+    r = c_export.report["c"]["mcu"][cpu]
+    v = check_budget(c_export.report, cpu)
+    assert v["basis"] == "measured"
+    assert v["measured"]["instructions_per_hop"] == round(r["instructions_per_hop_mean"])
+    assert v["flash_bytes"] == r["flash_bytes"] and v["ram_bytes"] == r["ram_bytes"]
+    head = (c_export.artifact.parent / "qsa_net.h").read_text()
+    assert f"{r['instructions_per_hop_mean']:,.0f} instructions per hop" in head
+    assert f"flash {r['flash_bytes']:,} B" in head and cpu in head
+
+
+@pytest.mark.slow
+@needs_cc
+def test_c_strength_control(c_export):
+    """qsa_set_atten_lim: 0 dB gives the input itself, delayed by the STFT (n_fft - hop);
+    12 dB gives qsa.enhancement's mix (1 - g) enhanced + g input, g = 10^(-12/20), done in
+    float before the int16 rounding (so within one LSB of mixing the rounded outputs); no
+    limit leaves the output as it was."""
+    from qsa.export.c_export import CRuntime, to_pcm16
+    from qsa.export.calib import verification_utterance
+
+    src = c_export.artifact.parent
+    wave = np.asarray(verification_utterance(), np.float32)[: 128 * 60]
+    x = to_pcm16(wave).astype(np.float32) / 32768.0
+    y = CRuntime(src).run_utterance(wave)
+    np.testing.assert_array_equal(CRuntime(src, None).run_utterance(wave), y)
+    bypass = CRuntime(src, 0.0).run_utterance(wave)
+    np.testing.assert_array_equal(bypass[128:], x[: len(x) - 128])
+    assert not bypass[:128].any()
+    g = np.float32(10 ** (-12 / 20))
+    dry = np.concatenate([np.zeros(128, np.float32), x[: len(x) - 128]])
+    mixed = CRuntime(src, 12).run_utterance(wave)
+    assert np.abs(mixed - ((1 - g) * y + g * dry)).max() <= 1.01 / 32768
+    assert np.abs(mixed - y).max() > 100 / 32768  # it did something

@@ -3,7 +3,7 @@ streamed hop by hop; PESQ/STOI/SI-SDR, ΔPESQ vs torch fp32, bytes, latency, RTF
 
 from __future__ import annotations
 
-RUNTIME_CHOICES = ("torch", "onnx", "executorch", "litert", "tflm")
+RUNTIME_CHOICES = ("torch", "onnx", "executorch", "litert", "tflm", "c")
 
 
 def _csv(value: str) -> list[str]:
@@ -30,7 +30,7 @@ def register(sub) -> None:
                         "DIR with clean/ + noisy/")
     p.add_argument("--runtimes", type=_csv, default=None,
                    help=f"comma-separated, of {','.join(RUNTIME_CHOICES)} (default: every "
-                        "runtime whose packages import)")
+                        "runtime whose packages import; c: the generated C build, int8)")
     p.add_argument("--precisions", type=_csv, default=["fp32", "int8"],
                    help="comma-separated, of fp32,int8 (default: fp32,int8)")
     p.add_argument("--out", default="compare_out", help="output folder (default: compare_out)")
