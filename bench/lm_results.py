@@ -1,4 +1,7 @@
-"""BPC of each LM mixer at an equal token budget, mean +- std over seeds -> docs/lm_results.md.
+"""BPC of each LM mixer at an equal token budget, mean +- std over seeds -> OUT/lm_results.md.
+
+The old-protocol table of docs/lm_results.md (one LR for all mixers); the comparison of the
+current protocol is bench/lm_compare.py.
 
     nohup .venv/bin/python bench/lm_results.py --tokens 1000000 --seeds 0 1 2 \
         --out runs/lm_results > runs/lm_results.log 2>&1 &
@@ -21,7 +24,7 @@ import torch
 
 from qsa.fileio import atomic_write_text
 from qsa.lm.data import load_corpus
-from qsa.lm.train import TrainConfig, save_model, train
+from qsa.lm.train import VAL_BYTES, TrainConfig, save_model, train
 
 PUBLISHED = {  # enwik8 test BPC reported for the Kuramoto-attention LM and its baseline
     ("1m", "kuramoto"): "1.637", ("1m", "transformer"): "1.616",
@@ -46,7 +49,9 @@ def render(out: Path, args, md_path: Path) -> None:
            if args.device == "cpu" else f"device {args.device} "
            f"({torch.cuda.get_device_name() if torch.cuda.is_available() else '?'}). ")
         +
-        "BPC = bits per byte on non-overlapping ctx-byte windows; test = whole test split.",
+        "BPC = bits per byte on non-overlapping ctx-byte windows; val = "
+        + (runs[0]["val_slice"] if runs and runs[0].get("val_slice") else "the val slice")
+        + "; test = whole test split.",
         "",
         "Command: `" + " ".join(["python bench/lm_results.py",
                                   *([f"--data {args.data}"] if args.data != "text" else []),
@@ -114,7 +119,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=25)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="runs/lm_results")
-    ap.add_argument("--md", default="docs/lm_results.md")
+    ap.add_argument("--md", default=None, help="markdown file (default OUT/lm_results.md)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (the training device)")
     ap.add_argument("--save-models", action="store_true",
                     help="also write OUT/<mixer>-<size>-s<seed>.safetensors")
@@ -124,6 +129,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    args.md = args.md or str(out / "lm_results.md")
     if args.render_only:
         render(out, args, Path(args.md))
         return
@@ -135,7 +141,7 @@ def main() -> None:
                 continue
             cfg = TrainConfig(mixer=mixer, size=args.size, data=args.data, tokens=args.tokens,
                               seed=seed, batch=args.batch, ctx=args.ctx, lr=args.lr,
-                              warmup=args.warmup, eval_every=100, eval_bytes=65536)
+                              warmup=args.warmup, eval_every=100, eval_bytes=VAL_BYTES)
             t0 = time.time()
             r = train(cfg, progress=False, corpus=corpus, device=args.device)
             model = r.pop("model")

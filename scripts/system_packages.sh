@@ -7,7 +7,9 @@ PACKAGES=(espeak-ng sox libportaudio2 pulseaudio libasound2-plugins alsa-utils l
   asterisk-core-sounds-it-g722 fillets-ng-data-cs fillets-ng-data-nl openttd-opensfx
   sonic-pi-samples
   # `qsa export --target c`: the Cortex-M build and its emulated run
-  gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm)
+  gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm
+  # the English-text LM corpus (`linuxdoc`: the kernel documentation's text sources)
+  linux-doc-6.1)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

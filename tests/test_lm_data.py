@@ -131,3 +131,38 @@ def test_folder_reader_skips_binary_and_hidden(tmp_path):
     assert b"note number 7" in blob and b"\x00" not in blob and b"hidden" not in blob
     with pytest.raises(QsaError, match="not understood"):
         lmdata.load_corpus("wikipedia")
+
+
+def test_linuxdoc_reader_leaves_out_translations(tmp_path):
+    root = tmp_path / "linux-doc-6.1" / "html" / "_sources"
+    for i in range(60):
+        sub = root / ("admin-guide" if i % 2 else "networking")
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"page{i}.rst.txt").write_text(f"Page {i}\n=======\n\nThe kernel does {i}.\n")
+    (root / "translations" / "zh_CN").mkdir(parents=True)
+    (root / "translations" / "zh_CN" / "index.rst.txt").write_text("翻译 " * 50)
+    c = lmdata.load_corpus(f"linuxdoc:{root}")
+    _check_manifest(c)
+    blob = b"".join(c.split(s).tobytes() for s in lmdata.SPLITS)
+    assert "翻译".encode() not in blob and b"The kernel does 7." in blob
+    assert sum(c.manifest["splits"][s]["documents"] for s in lmdata.SPLITS) == 60
+    src = c.manifest["source"]
+    assert src["debian_package"] == "linux-doc-6.1" and src["excluded"] == "translations/"
+    with pytest.raises(QsaError, match="not a folder"):
+        lmdata.load_corpus(f"linuxdoc:{tmp_path / 'nowhere'}")
+
+
+def test_linuxdoc_from_the_debian_package():
+    """The English corpus as Debian's linux-doc-6.1 installs it: >= 20 MB of English prose."""
+    import glob
+
+    from syspkgs import require
+
+    require([] if glob.glob(lmdata.LINUXDOC_GLOB) else [lmdata.LINUXDOC_PACKAGE],
+            "the linuxdoc corpus")
+    c = lmdata.load_corpus("linuxdoc")
+    total = sum(c.manifest["splits"][s]["bytes"] for s in lmdata.SPLITS)
+    assert total >= 20_000_000
+    sample = c.test[:200_000].tobytes()
+    assert sample.count(b" the ") > 500  # English prose
+    assert sum(b > 127 for b in sample) < 0.01 * len(sample)

@@ -16,6 +16,9 @@ VARIANTS = [(m, {}) for m in MIXERS] + [
     ("circuits", {"qk": "collapsed", "ov": "factorised"}),
     ("circuits", {"qk": "factorised", "ov": "factorised", "num_heads": 4}),
     ("kuramoto", {"kuramoto_steps": 3}),
+    ("kuramoto", {"kuramoto_values": "drifted"}),  # the lagged form (lm-kuramoto-*-lagged)
+    ("kuramoto", {"kuramoto_drift": "none", "kuramoto_gate": "positive"}),
+    ("kuramoto", {"kuramoto_drift": "none", "kuramoto_values": "drifted", "kuramoto_steps": 1}),
 ]
 IDS = [m + "".join(f"-{v}" for v in kw.values()) for m, kw in VARIANTS]
 

@@ -63,6 +63,36 @@ def test_circuit_groups_get_their_multipliers():
     assert n == len(list(model.parameters()))
 
 
+@pytest.mark.parametrize("mixer", ["kuramoto", "quaternion", "circuits"])
+def test_no_weight_decay_on_scalars_and_gains_and_decay_decoupled_from_lr_mult(mixer):
+    """Weight decay is chosen by role: the weights of Linear / Embedding / QuaternionLinear maps
+    decay, norm gains, biases and the Kuramoto step sizes (step_rho, (S, H, 1, 1): two
+    non-singleton dims) do not. A circuit's LR multiplier does not scale its decay: one AdamW
+    step with zero gradients shrinks every decayed weight by the same 1 - lr * wd."""
+    from qsa.models.lm import CausalLM
+
+    c = cfg(mixer=mixer, qk_lr_mult=4.0, ov_lr_mult=0.25, weight_decay=0.1, lr=0.01)
+    model = CausalLM(c.model_config())
+    opt = build_optimizer(model, c)
+    names = {id(p): n for n, p in model.named_parameters()}
+    groups = {g["name"]: g for g in opt.param_groups}
+    no_decay = {names[id(p)] for p in groups["no_decay"]["params"]}
+    for n, _ in model.named_parameters():
+        role_free = n.endswith("step_rho") or "norm" in n or n.endswith("bias")
+        assert (n in no_decay) == role_free, n
+    if mixer == "kuramoto":
+        assert any(n.endswith("step_rho") for n in no_decay)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for g in opt.param_groups:
+        g["lr"] = c.lr * g["lr_mult"]
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    for n, p in model.named_parameters():
+        want = before[n] if n in no_decay else before[n] * (1 - c.lr * c.weight_decay)
+        torch.testing.assert_close(p.detach(), want, atol=1e-7, rtol=1e-6, msg=n)
+
+
 @pytest.mark.parametrize("mixer", ["transformer", "kuramoto"])
 def test_resume_gives_identical_weights(tmp_path, text_folder, mixer):
     corpus = lmdata.read_folder(text_folder)
@@ -105,6 +135,9 @@ def test_cli_train_and_eval(tmp_path, text_folder):
     assert "test_bpc" in r.stdout and "tok/s" in r.stderr  # tqdm progress bar on stderr
     res = json.loads((tmp_path / "run" / "result.json").read_text())
     assert res["steps"] == 8 and res["corpus_manifest"]["splits"]["test"]["sha256"]
+    assert res["val_slice"].startswith("val[0:") and "ctx 32" in res["val_slice"]
+    assert all(h["val_slice"] == res["val_slice"] for h in res["history"])
+    assert res["test_slice"].startswith("test[0:") and res["val_bpc_whole_split"] > 0
     r = subprocess.run([QSA, "lm", "eval", str(tmp_path / "run" / "checkpoint"), "--data",
                         f"folder:{text_folder}"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

@@ -34,7 +34,9 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--qk-lr-mult", type=float, default=1.0, help="LR multiplier, QK circuit")
     p.add_argument("--ov-lr-mult", type=float, default=1.0, help="LR multiplier, OV circuit")
     p.add_argument("--eval-every", type=int, default=200, help="steps between val BPC")
-    p.add_argument("--eval-bytes", type=int, default=131072, help="val bytes per evaluation")
+    p.add_argument("--eval-bytes", type=int, default=1_048_576,
+                   help="validation slice: the first N bytes of the val split (0: all); "
+                        "default 1 MiB, named in every record")
     p.add_argument("--set", dest="overrides", type=_override, action="append", default=[],
                    metavar="KEY=VALUE", help="override a model config field (e.g. dim=32)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
@@ -58,6 +60,9 @@ def register(subparsers) -> None:
     e.add_argument("--split", choices=("train", "val", "test"), default="test")
     e.add_argument("--ctx", type=int, default=0, help="window (0: the model's max_seq_len)")
     e.add_argument("--bytes", type=int, default=0, help="evaluate the first N bytes (0: all)")
+    e.add_argument("--phase-windows", type=int, default=8,
+                   help="Kuramoto models: windows of the split for the phase diagnostics")
+    e.add_argument("--json", default=None, help="also write the results to this JSON file")
     e.set_defaults(func=run_eval)
 
     s = sub.add_parser("sweep", help="sweep the QK/OV learning-rate ratio; table + plot")
@@ -127,14 +132,38 @@ def run_train(args) -> int:
 
 
 def run_eval(args) -> int:
+    import json
+
+    import numpy as np
+    import torch
+
+    from ..config import config_to_dict
+    from ..fileio import atomic_write_text
     from ..lm.data import load_corpus
-    from ..lm.train import evaluate_bpc, load_model
+    from ..lm.diagnostics import phase_stats, phase_table
+    from ..lm.train import eval_slice_name, evaluate_bpc, load_model
 
     model, _ = load_model(args.model)
     corpus = load_corpus(args.data)
     ctx = args.ctx or model.config.max_seq_len
-    bpc = evaluate_bpc(model, corpus.split(args.split), ctx, args.bytes)
-    print(f"{args.split} bpc {bpc:.4f} ({args.data}, ctx {ctx})")
+    data = corpus.split(args.split)
+    bpc = evaluate_bpc(model, data, ctx, args.bytes)
+    name = eval_slice_name(args.split, data, ctx, args.bytes)
+    print(f"{args.split} bpc {bpc:.4f} ({args.data}, {name})")
+    out = {"model": str(args.model), "config": config_to_dict(model.config), "data": args.data,
+           "split": args.split, "slice": name, "bpc": bpc,
+           "split_sha256": corpus.manifest["splits"][args.split]["sha256"]}
+    w = min(args.phase_windows, (data.size - 1) // ctx)
+    if w > 0:
+        text = torch.from_numpy(data[: w * ctx].astype(np.int64)).view(w, ctx)
+        phases = phase_stats(model, text)
+        if phases is not None:
+            pname = f"{args.split}[0:{w * ctx}] ({args.data})"
+            phases["slice"] = pname
+            out["phases"] = phases
+            print(phase_table(phases, pname))
+    if args.json:
+        atomic_write_text(args.json, json.dumps(out, indent=1) + "\n")
     return 0
 
 

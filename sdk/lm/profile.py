@@ -23,7 +23,7 @@ import torch
 
 from ..errors import QsaError
 from ..fileio import atomic_write_text
-from ..models.lm import MIXERS, CausalLM, lm_config
+from ..models.lm import MIXERS, CausalLM, lm_config, upgrade_config_dict
 from .export import Decode, Prefill, Runner, calibration_prompts, export_lm
 
 
@@ -197,7 +197,8 @@ def resolve(artifact: str, runtime: str, size: str, overrides: dict, work: Path)
                        "its numbers would not describe a working model: re-export it")
     from ..config import config_from_dict
 
-    model = CausalLM(config_from_dict(meta["config"]))  # shapes only: weights are in p
+    # shapes only (the weights are in p); version-1 configs load as the lagged Kuramoto form
+    model = CausalLM(config_from_dict(upgrade_config_dict(meta["config"])))
     return None, model, p, meta["precision"]
 
 

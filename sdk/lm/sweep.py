@@ -39,7 +39,8 @@ def sweep(base: TrainConfig, ratios: list[float], out: str | os.PathLike,
         text = torch.from_numpy(corpus.val[: w * cfg.ctx].astype(np.int64)).view(w, cfg.ctx)
         d = diagnose(model, text)
         rows.append({"ratio": r, "qk_lr_mult": cfg.qk_lr_mult, "ov_lr_mult": cfg.ov_lr_mult,
-                     "val_bpc": res["val_bpc"], "test_bpc": res.get("test_bpc"),
+                     "val_bpc": res["val_bpc"], "val_slice": res["val_slice"],
+                     "test_bpc": res.get("test_bpc"),
                      "text_entropy_bits": d["mean"].get("text_entropy_bits"),
                      "text_top1_mass": d["mean"].get("text_top1_mass"),
                      "text_concentration": d["mean"].get("text_concentration"),
@@ -54,6 +55,8 @@ def sweep(base: TrainConfig, ratios: list[float], out: str | os.PathLike,
                                                      indent=1) + "\n")
     lines = [f"# QK/OV learning-rate ratio sweep: {base.mixer}-{base.size}, {base.tokens:,} "
              f"tokens, data {base.data}, seed {base.seed}", "",
+             f"val BPC on {rows[0]['val_slice']}; weight decay per step lr * wd in every "
+             "group (not scaled by the circuit multipliers)", "",
              "| QK/OV ratio | qk mult | ov mult | val BPC | comparable loss | text entropy (bits)"
              " | text top-1 | text concentration | induction mass (best head) | induction BPC |",
              "|---|---|---|---|---|---|---|---|---|---|"]

@@ -12,7 +12,10 @@ other two so a half-written checkpoint is detected):
     trainer.json           step, tokens seen, train config, history, file hashes
 
 BPC (bits per byte) = mean next-byte cross-entropy in nats / ln 2, over non-overlapping windows
-of ``ctx`` bytes (each window starts without context).
+of ``ctx`` bytes (each window starts without context). Validation during training scores the
+first ``VAL_BYTES`` (1 MiB) of the val split, or the whole split where it is smaller; the
+slice is named in every record ("val_slice"), and a finished run also scores the whole val
+split ("val_bpc_whole_split") and the whole test split ("test_bpc", "test_slice").
 """
 
 from __future__ import annotations
@@ -34,12 +37,13 @@ from .. import safefile
 from ..config import config_from_dict, config_to_dict
 from ..errors import ConfigError, FormatError, QsaError
 from ..fileio import atomic_write_text, ensure_dir
-from ..models.lm import CausalLM, LMConfig, lm_config
+from ..models.lm import CausalLM, LMConfig, lm_config, upgrade_config_dict
 from .data import Corpus, load_corpus
 
 MODEL_FORMAT = "qsa-lm"
 OPTIM_FORMAT = "qsa-lm-optimizer"
 TRAINER_VERSION = 1
+VAL_BYTES = 1_048_576  # 1 MiB: the documented validation slice (the whole split if smaller)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,12 +65,16 @@ class TrainConfig:
     qk_lr_mult: float = 1.0
     ov_lr_mult: float = 1.0
     eval_every: int = 200
-    eval_bytes: int = 131072
+    # validation during training: the first eval_bytes of the val split (0: all of it), named
+    # in every record by ``eval_slice_name``; the final record also has the whole val split
+    eval_bytes: int = VAL_BYTES
     test_bytes: int = 0  # 0: the whole test split
     model_overrides: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self):
-        for name in ("tokens", "batch", "ctx", "eval_every", "eval_bytes"):
+        if self.eval_bytes < 0 or self.test_bytes < 0:
+            raise ConfigError("eval_bytes and test_bytes must be >= 0 (0: the whole split)")
+        for name in ("tokens", "batch", "ctx", "eval_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 1")
         if self.lr <= 0 or self.qk_lr_mult <= 0 or self.ov_lr_mult <= 0:
@@ -108,21 +116,38 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
                                                                                  frac)))
 
 
+def decayed_parameters(model: torch.nn.Module) -> set[int]:
+    """ids of the parameters weight decay applies to, chosen by role: the weight of a map
+    (Linear, Embedding, QuaternionLinear). Norm gains, biases and scalar-like parameters such
+    as the Kuramoto step sizes (step_rho, (S, H, 1, 1)) are not decayed: pulling them toward 0
+    changes what the layer computes (softplus(0) for a step size), not just its scale."""
+    from ..layers import QuaternionLinear
+
+    maps = (torch.nn.Linear, torch.nn.Embedding, QuaternionLinear)
+    return {id(m.weight) for m in model.modules() if isinstance(m, maps)}
+
+
 def build_optimizer(model: CausalLM, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW groups: qk circuit, ov circuit, other matrices (decayed), vectors (not decayed)."""
+    """AdamW groups: qk circuit, ov circuit, other maps (decayed), the rest (not decayed; see
+    ``decayed_parameters``). A circuit's LR multiplier scales its learning rate only: its group's
+    weight decay is divided by the multiplier, so the decoupled decay per step (AdamW applies
+    lr * weight_decay) is lr * cfg.weight_decay in every group."""
     circuits: dict[int, str] = {}
     for blk in model.blocks:
         for group, params in blk.mixer.circuit_groups().items():
             for p in params:
                 circuits[id(p)] = group
+    decayed = decayed_parameters(model)
     buckets: dict[str, list] = {"qk": [], "ov": [], "decay": [], "no_decay": []}
     for p in model.parameters():
-        g = circuits.get(id(p)) or ("decay" if p.ndim >= 2 else "no_decay")
-        buckets[g].append(p)
+        if id(p) not in decayed:
+            buckets["no_decay"].append(p)
+        else:
+            buckets[circuits.get(id(p), "decay")].append(p)
     mult = {"qk": cfg.qk_lr_mult, "ov": cfg.ov_lr_mult, "decay": 1.0, "no_decay": 1.0}
     groups = [
         {"params": ps, "name": g, "lr_mult": mult[g],
-         "weight_decay": 0.0 if g == "no_decay" else cfg.weight_decay}
+         "weight_decay": 0.0 if g == "no_decay" else cfg.weight_decay / mult[g]}
         for g, ps in buckets.items() if ps
     ]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
@@ -138,11 +163,19 @@ def get_batch(data: np.ndarray, step: int, rank: int, batch: int, ctx: int, seed
     return torch.from_numpy(data[idx].astype(np.int64))
 
 
+def eval_slice_name(split: str, data: np.ndarray, ctx: int, max_bytes: int = 0) -> str:
+    """The bytes ``evaluate_bpc`` scores, e.g. "val[0:1048576] of 1413120 bytes, ctx 256"."""
+    n = data.size if not max_bytes else min(data.size, max_bytes)
+    used = ((n - 1) // ctx) * ctx + 1
+    whole = " (whole split)" if used >= data.size - ctx else ""
+    return f"{split}[0:{used}] of {data.size} bytes, ctx {ctx}{whole}"
+
+
 @torch.no_grad()
 def evaluate_bpc(model: CausalLM, data: np.ndarray, ctx: int, max_bytes: int = 0,
                  batch: int = 16) -> float:
-    dev = next(model.parameters()).device
     """Bits per byte over non-overlapping ctx-byte windows of the first max_bytes (0: all)."""
+    dev = next(model.parameters()).device
     n = data.size if not max_bytes else min(data.size, max_bytes)
     n_win = (n - 1) // ctx
     if n_win < 1:
@@ -177,7 +210,7 @@ def load_model(path: str | os.PathLike) -> tuple[CausalLM, dict]:
     if path.is_dir():
         path = path / "model.safetensors"
     tensors, meta = safefile.load(path, kind=MODEL_FORMAT)
-    cfg = config_from_dict(meta["config"])
+    cfg = config_from_dict(upgrade_config_dict(meta["config"]))
     if not isinstance(cfg, LMConfig):
         raise FormatError(f"{path} holds a {type(cfg).__name__}, not an LM")
     model = CausalLM(cfg)
@@ -318,7 +351,8 @@ def train(cfg: TrainConfig, out: str | os.PathLike | None = None, resume: bool =
         if state["step"] % cfg.eval_every == 0 or done:
             val = evaluate_bpc(model, corpus.val, cfg.ctx, cfg.eval_bytes)
             rec = {"step": state["step"], "tokens": state["tokens"], "lr": lr,
-                   "train_bpc": loss_v / math.log(2), "val_bpc": val}
+                   "train_bpc": loss_v / math.log(2), "val_bpc": val,
+                   "val_slice": eval_slice_name("val", corpus.val, cfg.ctx, cfg.eval_bytes)}
             state["history"].append(rec)
             if bar is not None:
                 bar.write(f"step {rec['step']} tokens {rec['tokens']} val_bpc {val:.4f}")
@@ -335,11 +369,14 @@ def train(cfg: TrainConfig, out: str | os.PathLike | None = None, resume: bool =
         "train_seconds": elapsed,
         "tokens_per_s": (state["tokens"] - tok_start) / max(elapsed, 1e-9),
         "val_bpc": state["history"][-1]["val_bpc"] if state["history"] else None,
+        "val_slice": eval_slice_name("val", corpus.val, cfg.ctx, cfg.eval_bytes),
         "history": state["history"], "world_size": world,
         "corpus_manifest": corpus.manifest, "weights_sha256": weights_sha(model),
     }
     if state["step"] == total:
+        result["val_bpc_whole_split"] = evaluate_bpc(model, corpus.val, cfg.ctx)
         result["test_bpc"] = evaluate_bpc(model, corpus.test, cfg.ctx, cfg.test_bytes)
+        result["test_slice"] = eval_slice_name("test", corpus.test, cfg.ctx, cfg.test_bytes)
     if world > 1:
         import torch.distributed as dist
 

@@ -13,10 +13,14 @@ circuits.py, quaternion.py. Every mixer has an offline ``forward`` over a causal
 one-hot masks (multiply + add, no in-place writes, no slice_scatter), so the same graph exports
 to ExecuTorch and LiteRT for both prefill (T new tokens) and decode (1 new token).
 
-Cost of the presets (params are parameter-matched within 3% across mixers, see
-tests/test_lm_models.py; MAC/token counts the weight matmuls, not the attention over the context):
+Cost of the presets (params are parameter-matched within 3% across mixers and within 0.1%
+between transformer and every Kuramoto preset, see tests/test_lm_models.py and
+tests/test_lm_kuramoto.py; MAC/token counts the weight matmuls, not the attention over the
+context):
     lm-*-1m : dim 128, 5 layers, 4 heads, SwiGLU 352  ~1.04M params, ~1.0 MMAC/token
     lm-*-5m : dim 256, 6 layers, 8 heads, SwiGLU 704  ~4.88M params, ~4.8 MMAC/token
+lm-kuramoto-<size> is the paper's layer (raw phases as values, drift only in the score);
+lm-kuramoto-<size>-lagged is the earlier form (drifted phases as values).
 """
 
 from __future__ import annotations
@@ -35,6 +39,15 @@ from ...layers.attention import bmm4
 MIXERS = ("transformer", "kuramoto", "circuits", "quaternion")
 SIZES = ("1m", "5m")
 NEG = -1e9  # additive mask value: finite, so exported graphs stay free of inf arithmetic
+KURAMOTO_CHOICES = {
+    "kuramoto_values": ("raw", "drifted"),
+    "kuramoto_drift": ("score", "none"),
+    "kuramoto_gate": ("signed", "positive", "off"),
+}
+# The Kuramoto form of version-1 files (and of the docs' results before the paper form): drifted
+# phases as keys *and* values, i.e. a lagged coupling. Preset lm-kuramoto-<size>-lagged.
+KURAMOTO_LAGGED = {"kuramoto_values": "drifted", "kuramoto_drift": "score",
+                   "kuramoto_gate": "signed"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +55,7 @@ class LMConfig(ModelConfig):
     """One config for every mixer; fields that a mixer does not use are ignored by it."""
 
     kind = "lm"
-    VERSION = 1
+    VERSION = 2  # 2 added the Kuramoto switches; version-1 dicts load via upgrade_config_dict
 
     mixer: str = "transformer"
     vocab_size: int = 256
@@ -53,9 +66,18 @@ class LMConfig(ModelConfig):
     max_seq_len: int = 256
     rope_base: float = 10000.0
     norm_eps: float = 1e-5
-    # kuramoto: oscillators per head (default dim // num_heads) and coupling steps
+    # kuramoto: oscillators per head (default dim // num_heads) and coupling steps S; the
+    # defaults are the paper's layer, the other values its ablations (see kuramoto.py):
+    #   kuramoto_values: "raw" phases as values (update = sum A sin(theta_u - theta_t)) or
+    #                    "drifted" phases (sum A sin(theta_u - theta_t + omega (u - t)), lagged)
+    #   kuramoto_drift:  RoPE-like drift omega (u - t) in the "score" or "none" (no position)
+    #   kuramoto_gate:   per-oscillator score gain g = W_g x "signed", softplus(W_g x)
+    #                    "positive", or "off" (g = 1, no W_g)
     oscillators: int = 0
     kuramoto_steps: int = 2
+    kuramoto_values: str = "raw"
+    kuramoto_drift: str = "score"
+    kuramoto_gate: str = "signed"
     # circuits: each of the QK and OV circuits is "factorised" (W_Q W_K^T, W_O W_V) or
     # "collapsed" (one W_QK, one W_OV per head)
     qk: str = "factorised"
@@ -84,6 +106,9 @@ class LMConfig(ModelConfig):
                 raise ConfigError(
                     f"{name}={getattr(self, name)!r}; expected 'factorised' or 'collapsed'"
                 )
+        for name, allowed in KURAMOTO_CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name}={getattr(self, name)!r}; expected one of {allowed}")
         if self.score not in ("shared", "hamilton"):
             raise ConfigError(f"score={self.score!r}; expected 'shared' or 'hamilton'")
         if self.mixer == "quaternion":
@@ -105,6 +130,15 @@ class LMConfig(ModelConfig):
     @property
     def num_oscillators(self) -> int:
         return self.oscillators or self.head_dim
+
+
+def upgrade_config_dict(d: dict) -> dict:
+    """A saved LM config dict brought to the current version: version 1 had no Kuramoto switches
+    and computed the lagged form, so it gets ``KURAMOTO_LAGGED`` (weights load unchanged)."""
+    if not isinstance(d, dict) or d.get("kind") != LMConfig.kind or d.get("version") != 1:
+        return d
+    fields = {**KURAMOTO_LAGGED, **d.get("fields", {})}
+    return {**d, "version": LMConfig.VERSION, "fields": fields}
 
 
 # -- shared pieces -----------------------------------------------------------------------
@@ -339,6 +373,13 @@ class CausalLM(nn.Module):
     def attention_maps(self) -> list[torch.Tensor]:
         return [blk.mixer.last_attention for blk in self.blocks]
 
+    def set_record_phases(self, on: bool) -> None:
+        """Kuramoto mixers keep their phases theta^0..theta^S (B, H, T, n) per layer."""
+        for blk in self.blocks:
+            if hasattr(blk.mixer, "record_phases"):
+                blk.mixer.record_phases = on
+                blk.mixer.last_phases = blk.mixer.last_local_order = None
+
 
 # -- presets -------------------------------------------------------------------------------
 
@@ -361,5 +402,10 @@ def lm_config(mixer: str, size: str = "1m", **overrides) -> LMConfig:
     if mixer == "quaternion":
         # quaternion projections hold 1/4 of the weights: the 3 dim^2 saved go to the SwiGLU
         kw.update(ff_hidden=kw["ff_hidden"] + kw["dim"])
+    if mixer == "kuramoto" and overrides.get("kuramoto_gate") == "off" \
+            and "ff_hidden" not in overrides:
+        # no W_g: its dim^2 per layer go to the SwiGLU (3 dim per hidden unit), matched < 0.1%
+        dim = overrides.get("dim", kw["dim"])
+        kw.update(ff_hidden=kw["ff_hidden"] + round(dim / 3))
     kw.update(overrides)
     return LMConfig(**kw)
