@@ -169,10 +169,10 @@ def test_noise_reduction_is_at_most_the_limit(model, noises):
 def test_speech_level_is_kept(model, speech):
     """Clean speech in, its level out. The limit pulls the level toward the input's (it can
     only bring the input back); the model's own change on clean speech is what remains at
-    large limits: the shipped qcgan-35k moves clean speech by up to ~1.6 dB (measured
-    2026-12-06: -1.4 / +1.6 / -0.6 dB on these three voices, -0.6 to -1.9 dB on six real
-    test recordings; at 3 dB -0.5 / +0.4 / -0.3, at 6 dB -0.9 / +0.8 / -0.5), so the 0.5 dB
-    bound holds up to a 2-3 dB limit with this model, not at 6 dB and above."""
+    large limits: the real-voice qcgan-35k moves clean speech by up to ~2.2 dB (measured
+    2026-12-06: +0.25 / +2.2 / +0.8 dB on these three voices with no limit; at 2 dB -0.13 /
+    +0.42 / +0.01, at 6 dB -0.15 / +1.06 / +0.18), so the 0.5 dB bound holds up to a 2 dB
+    limit with this model, not at 6 dB and above."""
     levels = [0.0, 2.0, 3.0, *LIMITS[1:]]
     change = {lim: {k: rms_db(enhance(x, SR, model, atten_lim_db=lim)) - rms_db(x)
                     for k, x in speech.items()} for lim in levels}
@@ -181,8 +181,11 @@ def test_speech_level_is_kept(model, speech):
     for k in speech:
         assert change[0.0][k] == 0.0
         assert abs(change[2.0][k]) <= 0.5, (k, change[2.0][k])
-        for lo, hi in zip(levels[:-1], levels[1:], strict=True):
-            assert abs(change[lo][k]) <= abs(change[hi][k]) + 0.05, (k, lo, hi, change)
+        # the mix of two signals of different phase need not move the level monotonically
+        # (the real-voice weights: -0.15 dB at 6, -0.01 at 12, +0.25 with no limit on one
+        # voice), but a limit never moves it much beyond what the model alone does
+        for lim in levels:
+            assert abs(change[lim][k]) <= abs(change[None][k]) + 0.5, (k, lim, change)
 
 
 # -- streaming: the live processor and the exported runtimes' host side -----------------------
