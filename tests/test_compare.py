@@ -163,7 +163,9 @@ def compared_c(pairs, tmp_path_factory):
     from qsa.export.c_export import host_cc
 
     if host_cc() is None:
-        pytest.skip("no host C compiler (cc/gcc/clang) for the c runtime")
+        from syspkgs import require
+
+        require(["gcc"], "the c runtime's host build")
     out = tmp_path_factory.mktemp("cmp-c") / "out"
     r = qsa("compare", "qcgan-35k", "--data", f"synth:{pairs}", "--runtimes", "c",
             "--precisions", "fp32,int8", "--out", out, "--quiet")

@@ -17,6 +17,7 @@ import subprocess
 import numpy as np
 import pytest
 import torch
+from syspkgs import require
 
 from qsa.export.c_export import (
     HOST_HARNESS,
@@ -49,7 +50,7 @@ def model():
 @pytest.fixture(scope="module")
 def c_export(model, tmp_path_factory):
     if host_cc() is None:
-        pytest.skip("no host C compiler (cc/gcc/clang)")
+        require(["gcc"], "the host C build")
     from qsa.export.c_export import export_c
 
     torch.set_num_threads(1)
@@ -242,7 +243,7 @@ def test_generated_folder_builds_with_its_makefile(c_export, tmp_path):
     import shutil
 
     if shutil.which("make") is None:
-        pytest.skip("make not installed")
+        require(["make"], "the generated Makefile")
     src = c_export.artifact.parent
     for p in list(src.glob("*.[ch]")) + [src / "Makefile"]:
         (tmp_path / p.name).write_bytes(p.read_bytes())
@@ -263,7 +264,7 @@ def test_cortex_m_under_qemu_equals_host(c_export, cpu):
     measured (acceptance for the M4: flash <= 64 KB with all code, RAM <= 48 KB with stack)."""
     why = arm_toolchain()
     if why:
-        pytest.skip(why)
+        require([why], "the Cortex-M build and its QEMU run")
     r = c_export.report["c"]["mcu"][cpu]
     assert r["equal_to_host"], r
     assert r["hops"] == c_export.report["c"]["network"]["frames"]
@@ -330,7 +331,7 @@ def test_export_report_and_header_carry_the_measurement(c_export, cpu):
 
     why = arm_toolchain()
     if why:
-        pytest.skip(why)
+        require([why], "the Cortex-M build and its QEMU run")
     r = c_export.report["c"]["mcu"][cpu]
     v = check_budget(c_export.report, cpu)
     assert v["basis"] == "measured"
