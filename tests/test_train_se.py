@@ -381,3 +381,32 @@ def test_a_mixture_of_corpora_alternates_and_trains(corpus, tmp_path):
                        + train_args(corpus, tmp_path / "run", "--max-steps", "2")[5:],
                        capture_output=True, text=True, env=ENV, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_clean_share_serves_clean_crops_and_is_validated(corpus):
+    """--clean-share P: about P of the crops come without their noise (input == target), the
+    same crops on a re-run (drawn from seed, epoch, item), others as before; P outside 0..1 is
+    refused with the option's name."""
+    from qsa.data.readers import CropDataset, parse_data_spec
+    from qsa.errors import ConfigError, QsaError
+    from qsa.train.se import TrainConfig
+
+    pairs = parse_data_spec(f"synth:{corpus}", split="train")
+    plain = CropDataset(pairs, 0.5, seed=1)
+    mixed = CropDataset(pairs, 0.5, seed=1, clean_share=0.5)
+    again = CropDataset(pairs, 0.5, seed=1, clean_share=0.5)
+    clean_items = []
+    for i in range(len(pairs)):
+        (xn, xc), (yn, yc) = plain[i], mixed[i]
+        assert torch.equal(xc, yc)  # the target never changes
+        if torch.equal(yn, yc):
+            clean_items.append(i)
+        else:
+            assert torch.equal(xn, yn)  # a noisy crop is the plain one
+        assert torch.equal(again[i][0], yn)
+    assert clean_items and len(clean_items) < len(pairs), clean_items
+    assert not any(torch.equal(plain[i][0], plain[i][1]) for i in range(len(pairs)))
+    with pytest.raises(QsaError, match="clean_share=1.5"):
+        CropDataset(pairs, 0.5, clean_share=1.5)
+    with pytest.raises(ConfigError, match="clean_share=-0.1"):
+        TrainConfig(model="qcgan-35k", data="x", clean_share=-0.1)

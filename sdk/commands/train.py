@@ -4,6 +4,8 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from .threads import thread_count
+
     p = sub.add_parser("train", help="train a QC-GAN speech enhancer (MetricGAN)",
                        description="Runs data-parallel under torchrun --nproc-per-node N.")
     p.add_argument("model", help="model preset, e.g. qcgan-35k, qcgan-0.89m")
@@ -29,7 +31,8 @@ def register(sub) -> None:
                         "(a fresh critic when fine-tuning with --init MODEL)")
     p.add_argument("--val-items", type=int, default=32)
     p.add_argument("--ckpt-every", type=int, default=100)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    p.add_argument("--threads", type=thread_count, default=0,
+                   help="torch threads (0: default)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                    help="auto: CUDA when available (each torchrun rank on its LOCAL_RANK GPU)")
     p.add_argument("--init", default="",
@@ -46,6 +49,10 @@ def register(sub) -> None:
                    help="share of training crops (noisy and clean alike) band-limited as a "
                    "capture chain does: a 44.1/48 kHz resampling round trip or a 5.5-7.8 kHz "
                    "low-pass (default 0: off)")
+    p.add_argument("--clean-share", type=float, default=0.0, metavar="P",
+                   help="share of training crops served without their noise (clean speech in, "
+                   "the same speech as the target), so the model keeps clean speech's level "
+                   "and spectrum (default 0: off)")
     p.add_argument("--pesq-weight", type=float, default=0.0,
                    help="weight of the differentiable PESQ-WB proxy loss, 1 - (PESQ - 1) / 3.5 "
                         "(qsa.models.pesq_loss; 0: off)")
@@ -78,7 +85,7 @@ def run(args) -> int:
         stoi_weight=args.stoi_weight, sisdr_weight=args.sisdr_weight,
         pesq_weight=args.pesq_weight, select=args.select,
         balance_weight=args.balance_weight, max_balance_db=args.max_balance_db,
-        band_limit=args.band_limit,
+        band_limit=args.band_limit, clean_share=args.clean_share,
     )
     from pathlib import Path
 

@@ -320,9 +320,12 @@ class CropDataset:
     """
 
     def __init__(self, pairs: Sequence[Pair], seconds: float = 2.0, seed: int = 0,
-                 cache: bool = True, band_limit: float = 0.0):
+                 cache: bool = True, band_limit: float = 0.0, clean_share: float = 0.0):
         if not 0.0 <= band_limit <= 1.0:
             raise QsaError(f"band_limit={band_limit}; expected a probability in 0..1 (0: off)")
+        if not 0.0 <= clean_share < 1.0:
+            raise QsaError(f"clean_share={clean_share}; expected a probability in 0..1 "
+                           "(0: off; 0.1 gives one crop in ten without noise)")
         if not pairs:
             raise QsaError("the training set is empty; check --data")
         unpaired = [p.name for p in pairs if p.clean is None]
@@ -335,6 +338,7 @@ class CropDataset:
         self.length = int(round(seconds * self.pairs[0].sr))
         self.seed, self.epoch, self.cache = int(seed), 0, cache
         self.band_limit = float(band_limit)
+        self.clean_share = float(clean_share)
         self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def set_epoch(self, epoch: int) -> None:
@@ -365,9 +369,20 @@ class CropDataset:
         seg = min(L, n - start)
         out[0, :seg] = noisy[start : start + seg]
         out[1, :seg] = clean[start : start + seg]
+        if self.clean_share > 0 and self.is_clean_crop(i):
+            out[0] = out[1]  # clean speech in, the same speech out: no noise to remove
         if self.band_limit > 0:
             out = self._band_limited(i, out)
         return torch.from_numpy(out[0]), torch.from_numpy(out[1])
+
+    def is_clean_crop(self, i: int) -> bool:
+        """Whether item ``i`` of this epoch is served without its noise (probability
+        ``clean_share``, drawn from (seed, epoch, i)): clean input whose target is itself, so
+        that the model learns to leave clean speech alone (its level and spectrum), which
+        noisy-only training never asks of it (a real-voice qcgan-35k raised clean speech by
+        up to 2.2 dB)."""
+        rng = np.random.default_rng([self.seed, self.epoch, i, 2])
+        return bool(rng.random() < self.clean_share)
 
     def _band_limited(self, i: int, out: np.ndarray) -> np.ndarray:
         """With probability ``band_limit`` (drawn from (seed, epoch, i)): noisy and clean

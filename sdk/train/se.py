@@ -74,6 +74,7 @@ class TrainConfig:
     max_balance_db: float = 0.0  # >0: MODEL.best.qsa skips epochs whose validation balance
     #                              leaves +-this many dB in some band (0: no gate)
     band_limit: float = 0.0  # share of crops band-limited like a capture chain (CropDataset)
+    clean_share: float = 0.0  # share of crops served without noise: clean in, clean target
     select: str = "pesq"  # which validation epoch MODEL.best.qsa keeps (SELECT_METRICS)
     version: int = 1
 
@@ -103,6 +104,9 @@ class TrainConfig:
         if not 0.0 <= self.band_limit <= 1.0:
             raise ConfigError(f"band_limit={self.band_limit}; expected a share in 0..1 "
                               "(0: off; 0.5 band-limits half of the crops)")
+        if not 0.0 <= self.clean_share < 1.0:
+            raise ConfigError(f"clean_share={self.clean_share}; expected a share in 0..1 "
+                              "(0: off; 0.1 serves one crop in ten without its noise)")
         if self.max_balance_db < 0:
             raise ConfigError(f"max_balance_db={self.max_balance_db}; expected dB > 0 "
                               "(6 keeps only epochs within +-6 dB per band) or 0 for no gate")
@@ -521,7 +525,7 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
     except Exception:
         val_set = parse_data_spec(cfg.data, split="test")
     dataset = CropDataset(train_pairs, cfg.segment_seconds, cfg.seed,
-                          band_limit=cfg.band_limit)
+                          band_limit=cfg.band_limit, clean_share=cfg.clean_share)
     gen = build_model(preset_config(cfg.model))
     disc = MetricDiscriminator()
     if cfg.init and not resume:
