@@ -261,6 +261,8 @@ def test_best_validation_epoch_is_kept(corpus, tmp_path):
     for h in history:  # validation scores both metrics, for the model and the noisy input
         assert all(0 < h[k] < 1 for k in ("val_stoi", "val_stoi_noisy")), h
         assert all(1 <= h[k] <= 4.65 for k in ("val_pesq", "val_pesq_noisy")), h
+        mean, lo, hi = h["val_clean_level_db"]  # clean speech in: the level change out
+        assert lo <= mean <= hi and abs(mean) < 40, h
     best = max(history, key=lambda h: (h["val_pesq"] - 1) / 3.5 + h["val_stoi"])
     _, meta = read_packed(out / "qcgan-35k.best.qsa")
     card = meta["card"]

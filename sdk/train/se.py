@@ -337,6 +337,7 @@ class Trainer:
             refs.append(clean)
             degs.append(y)
             noisy_list.append(noisy)
+        level = self._clean_level_change(refs[:8])
         self.G.train()
         pool = self.pool if self.cfg.metric_gan else PesqPool(0)
         p = pool(refs, degs)
@@ -349,8 +350,23 @@ class Trainer:
         return {"val_pesq": float(np.mean(p[ok])), "val_pesq_noisy": float(np.mean(p0[ok])),
                 "val_items": int(ok.sum()),
                 "val_balance_db": [round(float(v), 2) for v in bal],
+                "val_clean_level_db": level,
                 "val_stoi": float(np.mean(s[ok_s])) if ok_s.any() else nan,
                 "val_stoi_noisy": float(np.mean(s0[ok_s])) if ok_s.any() else nan}
+
+    def _clean_level_change(self, cleans) -> list[float]:
+        """dB level change of the generator's output on clean validation speech (input ==
+        target, no noise): [mean, most negative, most positive]; 0 is a model that leaves
+        clean speech alone (``--clean-share`` trains for it)."""
+        if not cleans:
+            return []
+        ch = []
+        for x in cleans:
+            y = self.G(torch.from_numpy(x)[None].to(self.device))[0].cpu().numpy()
+            px = float(np.mean(np.asarray(x, np.float64) ** 2)) + 1e-12
+            py = float(np.mean(np.asarray(y, np.float64) ** 2)) + 1e-12
+            ch.append(10 * math.log10(py / px))
+        return [round(float(np.mean(ch)), 2), round(min(ch), 2), round(max(ch), 2)]
 
     # -- the loop ------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
