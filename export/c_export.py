@@ -31,12 +31,14 @@ Measured for qcgan-35k (12-06; host gcc -O2, arm-none-eabi-gcc 12.2 -O2 hard flo
 network int8 identical to TFLite-Micro on all 125 steps of the verification utterance (6,498
 values each) and on every intermediate tensor; PCM SQNR vs torch 31.04 dB (TFLite-Micro 31.05
 dB), vs TFLite-Micro 74.3 dB; Cortex-M4 / M7 output equal to the host build. Cortex-M4
-(mps2-an386): flash 63,208 B (all code, no libm), RAM 42,372 B (35,576 static + 6,796 stack),
-2.72 M instructions per 8 ms hop (M7: 2.73 M; 4.83 M with the reference kernels only): the
-faster kernels of qsa.export.c_kernels where the constants prove them exact. That is still
-~4x a 50 % load of a 168 MHz M4 (672,000 per hop): the
-graph requantises ~90K values per hop (30 quaternion-expansion BATCH_MATMULs write 31.5K of
-them) and runs 389K MACs, each value rounded exactly as TFLite-Micro rounds it.
+(mps2-an386): flash 64,572 B (all code, no libm), RAM 42,696 B (35,576 static + 7,120 stack),
+1.92 M instructions per 8 ms hop (M7: 1.92 M; 2.72 M before the lean kernels, 4.83 M with the
+reference kernels only): the faster kernels of qsa.export.c_kernels where the constants prove
+them exact. That is still ~2.9x a 50 % load of a 168 MHz M4 (672,000 per hop): the graph
+requantises ~90K values per hop (30 quaternion-expansion BATCH_MATMULs write 31.5K of them)
+and runs 263K real MACs, each value rounded exactly as TFLite-Micro rounds it; per op (M4):
+FULLY_CONNECTED 437K, CONV_2D 294K, ADD 283K, BATCH_MATMUL 274K, TRANSPOSE 136K (with the STFT
+analysis, ~60K), MUL 109K, DEPTHWISE 77K, SUB 62K, PRELU 60K, MEAN 48K, the float DSP ~120K.
 """
 
 from __future__ import annotations
@@ -435,16 +437,53 @@ class _Gen:
         m2, s2 = quantize_multiplier(r2)
         mo, so = quantize_multiplier(ro)
         lo, hi = _act_range(op.options.get("fusedActivationFunction", 0))
-        bc = self.params("qsa_bcast", _bcast(o.shape, a.shape, b.shape))
         if _fast_term(s1) and _fast_term(s2) and _fast_shift(so) and (lo, hi) == (-128, 127):
             # |operand terms| <= 255 2^19 each: the sum's |acc| < 2^30 for the fast path
+            half = (1 << 30, 0)
+            is_const = [t.data is not None for t in (a, b)]
+            ix = int(is_const[0])  # the activation's input index, when one is a constant
+            if (self.lean and is_const.count(True) == 1 and (a, b)[1 - ix].size <= 256
+                    and ((m1, s1), (m2, s2))[ix] == half):
+                # an activation rescaled by exactly 1/2 and a constant (a bias): the
+                # constant's terms once per call
+                y, (my, sy) = (a, b)[1 - ix], ((m1, s1), (m2, s2))[1 - ix]
+                ey, neg_x, neg_y = -sy, sub and ix == 1, sub and ix == 0
+                terms = [(-1 if neg_x else 1) << 19, -(a, b)[ix].zp, int((my, sy) == half),
+                         (-1 if neg_y else 1) << 19, -y.zp, my, ey, (1 << (ey - 1)) if ey else 0,
+                         -1 if ey else 0, -int(neg_y)]
+                bc = self.params("qsa_bcast", _bcast(o.shape, (a, b)[ix].shape, y.shape))
+                p = self.params("qsa_addc_p", f"{{{_c(terms)}, {mo}, {-so}, "
+                                              f"{_rqc(-so, o.zp)}, {y.size}}}")
+                self.body.append(f"  qsa_addc({self.ptr(op.outputs[0])}, "
+                                 f"{self.ptr(op.inputs[ix])}, {self.ptr(op.inputs[1 - ix])}, "
+                                 f"&{bc}, &{p});")
+                return
+            if self.lean and half in ((m1, s1), (m2, s2)):
+                # one operand rescaled by exactly 1/2: its term is (x + off) 2^19, no rounding
+                if (m1, s1) == half:
+                    ia, ib, ka, smb, mb, eb = 0, 1, 1 << 19, -sub, m2, -s2
+                    bc = self.params("qsa_bcast", _bcast(o.shape, a.shape, b.shape))
+                else:  # a - b = -(b) + a: b's term exact, a's term rescaled, b negated for SUB
+                    ia, ib, ka, smb, mb, eb = 1, 0, (-1 if sub else 1) << 19, 0, m1, -s1
+                    bc = self.params("qsa_bcast", _bcast(o.shape, b.shape, a.shape))
+                ta, tb = (a, b)[ia], (a, b)[ib]
+                hb, kb = (1 << (eb - 1), -1) if eb else (0, 0)
+                p = self.params("qsa_addh_p", f"{{{ka}, {-ta.zp}, {-tb.zp}, {mb}, {eb}, {hb}, "
+                                              f"{kb}, {smb}, {mo}, {-so}, "
+                                              f"{_rqc(-so, o.zp)}}}")
+                self.body.append(f"  qsa_addh({self.ptr(op.outputs[0])}, "
+                                 f"{self.ptr(op.inputs[ia])}, {self.ptr(op.inputs[ib])}, &{bc}, "
+                                 f"&{p});")
+                return
             p = self.params("qsa_addf_p", f"{{{-a.zp}, {-b.zp}, {m1}, {-s1}, {m2}, {-s2}, {mo}, "
                                           f"{-so}, {o.zp}, {sub}}}")
+            bc = self.params("qsa_bcast", _bcast(o.shape, a.shape, b.shape))
             self.body.append(f"  qsa_addf({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
                              f"{self.ptr(op.inputs[1])}, &{bc}, &{p});")
             return
         p = self.params("qsa_add_p", f"{{{-a.zp}, {-b.zp}, {m1}, {s1}, {m2}, {s2}, {mo}, {so}, "
                                      f"{o.zp}, {lo}, {hi}, {sub}}}")
+        bc = self.params("qsa_bcast", _bcast(o.shape, a.shape, b.shape))
         self.body.append(f"  qsa_add({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
                          f"{self.ptr(op.inputs[1])}, &{bc}, &{p});")
 
@@ -472,8 +511,15 @@ class _Gen:
         x, al, o = (self.T(i) for i in (*op.inputs, op.outputs[0]))
         m1, s1 = quantize_multiplier(float(x.s) / float(o.s))
         m2, s2 = quantize_multiplier(float(x.s) * float(al.s) / float(o.s))
-        p = self.params("qsa_prelu_p", f"{{{-x.zp}, {-al.zp}, {m1}, {s1}, {m2}, {s2}, {o.zp}}}")
         bc = self.params("qsa_bcast", _bcast(o.shape, x.shape, al.shape))
+        if self.lean and -22 <= s1 <= 13 and -22 <= s2 <= 13:
+            # |x + off| <= 255, |(x + off)(alpha + off)| <= 255^2: 2^(s + 1) times that < 2^31
+            p = self.params("qsa_preluf_p", f"{{{-x.zp}, {-al.zp}, {_c(_rqs(m1, s1, o.zp))}, "
+                                            f"{_c(_rqs(m2, s2, o.zp))}}}")
+            self.body.append(f"  qsa_preluf({self.ptr(op.outputs[0])}, "
+                             f"{self.ptr(op.inputs[0])}, {self.ptr(op.inputs[1])}, &{bc}, &{p});")
+            return
+        p = self.params("qsa_prelu_p", f"{{{-x.zp}, {-al.zp}, {m1}, {s1}, {m2}, {s2}, {o.zp}}}")
         self.body.append(f"  qsa_prelu({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
                          f"{self.ptr(op.inputs[1])}, &{bc}, &{p});")
 
@@ -601,6 +647,12 @@ class _Gen:
             bmax = int(np.abs(bvals).max()) if bvals is not None and bvals.size else 0
             bound = depth * 255 * 255 + bmax if bias is None or bvals is not None else 1 << 31
         self.macs += rows * units * depth
+        if (self.lean and not runtime and depth % 4 == 0 and all(_fast_shift(s_) for _, s_ in ms)
+                and (lo, hi) == (-128, 127) and bound < _ACC_BOUND):
+            self.body.append(f"  qsa_fcs({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+                             f"{self.ptr(op.inputs[1])}, {b}, {rows}, {depth}, {units}, {mm}, "
+                             f"{ss}, {per_ch}, {o.zp});")
+            return
         if (all(_fast_shift(s_) for _, s_ in ms) and (lo, hi) == (-128, 127)
                 and bound < _ACC_BOUND and (not runtime or units <= 128) and depth <= 256):
             self.body.append(f"  qsa_fcf({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
@@ -628,6 +680,12 @@ class _Gen:
         sel = _one_hot_rows(a) if ba == 1 and K <= 16 and _fast_shift(s) else None
         if sel is not None:  # the Hamilton expansion: each row picks one column of B, +-q
             rows, q = sel
+            if (self.lean and rows == _HAMILTON_ROWS
+                    and _negation_is_reflection(q, -b.zp, m, -s, o.zp)):
+                self.body.append(f"  qsa_bmm_ham({self.ptr(op.outputs[0])}, "
+                                 f"{self.ptr(op.inputs[1])}, {-b.zp}, {nb}, "
+                                 f"{K * N if bb > 1 else 0}, {N}, {2 * q}, {m}, {-s}, {o.zp});")
+                return
             self.body.append(f"  qsa_bmm_sel({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[1])}, "
                              f"{-b.zp}, {nb}, {K * N if bb > 1 else 0}, {M}, {K}, {N}, "
                              f"{self.i32s(rows, 'uint8_t')}, {2 * q}, {m}, {-s}, {o.zp});")
@@ -635,7 +693,8 @@ class _Gen:
         Kp = K + K % 2
         if (a.data is None and b.data is None and _fast_shift(s) and M * Kp <= 640
                 and Kp <= 128 and K * 255 * 255 < _ACC_BOUND):
-            self.body.append(f"  qsa_bmmf({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+            fn = "qsa_bmm2" if self.lean else "qsa_bmmf"
+            self.body.append(f"  {fn}({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
                              f"{-a.zp}, {self.ptr(op.inputs[1])}, {-b.zp}, {nb}, "
                              f"{M * K if ba > 1 else 0}, {K * N if bb > 1 else 0}, {M}, {K}, {N}, "
                              f"{m}, {-s}, {o.zp});")
@@ -685,6 +744,14 @@ class _Gen:
                     and all(_fast_shift(s_) for s_ in sh) and (lo, hi) == (-128, 127)
                     and int((np.abs(wd).sum(0) * 255 + np.abs(bd.astype(np.int64))).max())
                     < _ACC_BOUND):
+                kb = (-x.zp) * wd.sum(0) + bd.astype(np.int64).reshape(-1)
+                if (self.lean and oc % 4 == 0 and oc <= 128 and ic == oc
+                        and int((np.abs(wd).sum(0) * 128 + np.abs(kb)).max()) < _ACC_BOUND):
+                    # zero-point padding: the input offset over all taps folds into the bias
+                    self.body.append(f"  qsa_dwconvs({self.ptr(op.outputs[0])}, "
+                                     f"{self.ptr(op.inputs[0])}, {self.ptr(op.inputs[1])}, {b}, "
+                                     f"{mm}, {ss}, &{p});")
+                    return
                 self.body.append(f"  qsa_dwconvf({self.ptr(op.outputs[0])}, "
                                  f"{self.ptr(op.inputs[0])}, {self.ptr(op.inputs[1])}, {b}, "
                                  f"{mm}, {ss}, &{p});")
@@ -703,6 +770,12 @@ class _Gen:
                 and (lo, hi) == (-128, 127) and bound < _ACC_BOUND):
             # zero-point padding: the input offset's term over all taps folds into the bias
             kb = self.i32s((-x.zp) * wd.sum((1, 2)) + bb.astype(np.int64).reshape(-1))
+            if (self.lean and kw == 1 and sw == 1 and pw == 0 and dh == 1 and kh <= 16
+                    and ow == iw):
+                self.body.append(f"  qsa_convc({self.ptr(op.outputs[0])}, "
+                                 f"{self.ptr(op.inputs[0])}, {self.ptr(op.inputs[1])}, {kb}, "
+                                 f"{mm}, {ss}, &{p});")
+                return
             self.body.append(f"  qsa_convf({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
                              f"{self.ptr(op.inputs[1])}, {kb}, {mm}, {ss}, &{p});")
             return
@@ -730,6 +803,41 @@ def _fast_term(shift: int) -> bool:
     return -22 <= shift <= 0
 
 
+def _rqc(e: int, off: int) -> int:
+    """c of qsa_rqf: 2^(e-1) + off 2^e."""
+    return (1 << (e - 1)) + off * (1 << e)
+
+
+def _rqs(m: int, shift: int, off: int) -> tuple[int, int, int, int, int]:
+    """(m, ls, e, c, k) of qsa_rqs for a TFLite (multiplier, shift) and output offset."""
+    if shift >= 0:
+        return m, shift + 1, 0, off, 0
+    return m, 1, -shift, _rqc(-shift, off), -1
+
+
+def _requant_py(acc: int, m: int, e: int) -> int:
+    """MultiplyByQuantizedMultiplier for a right shift e >= 0 (Python ints, exact)."""
+    t = (acc * m + (1 << 30)) >> 31
+    mask = (1 << e) - 1
+    return (t >> e) + (1 if (t & mask) > (mask >> 1) + (1 if t < 0 else 0) else 0)
+
+
+# the rows of a quaternion Hamilton expansion as BATCH_MATMUL writes it (qsa_bmm_ham)
+_HAMILTON_ROWS = [0, 3, 5, 7, 2, 0, 6, 5, 4, 7, 0, 2, 6, 4, 3, 0]
+
+
+def _negation_is_reflection(q: int, b_off: int, m: int, e: int, off: int) -> bool:
+    """requant(-q (b + b_off)) + off == sat(2 off - (requant(q (b + b_off)) + off)) for every
+    int8 b: the negative half of a Hamilton expansion mirrors the positive one."""
+    for b in range(-128, 128):
+        v = q * (b + b_off)
+        plus = min(127, max(-128, _requant_py(v, m, e) + off))
+        minus = min(127, max(-128, _requant_py(-v, m, e) + off))
+        if minus != min(127, max(-128, 2 * off - plus)):
+            return False
+    return True
+
+
 def _one_hot_rows(a: Tensor) -> tuple[list[int], int] | None:
     """A constant (M, K) left operand whose rows (A - zero point) each hold one non-zero of
     the same magnitude q: (sel[i] = 2 k_i + (sign < 0), q), else None."""
@@ -753,11 +861,13 @@ def _itemsize(dtype: str) -> int:
 
 def generate_c(tflite_path: str | os.PathLike, out_dir: str | os.PathLike,
                debug: bool = False, header_note: str = "",
-               rsqrt_tables: bool = True) -> CNetwork:
+               rsqrt_tables: bool = True, lean: bool = True) -> CNetwork:
     """Write qsa_nn.h, qsa_net.h, qsa_net.c for the int8 network in ``tflite_path``.
 
     ``debug``: every tensor keeps its own arena slot and ``qsa_net_debug_tensors`` lists
-    them (the tests compare each op's output with TFLite-Micro's)."""
+    them (the tests compare each op's output with TFLite-Micro's). ``lean`` (default): the
+    leaner kernels of qsa.export.c_kernels where their conditions hold (all exact: the same
+    integers); False builds with the previous kernels only (the tests check both agree)."""
     from qsa.fileio import atomic_write_text
 
     from .c_kernels import QSA_NN_H
@@ -769,6 +879,7 @@ def generate_c(tflite_path: str | os.PathLike, out_dir: str | os.PathLike,
     gen = _Gen(g, debug)
     gen.lut_decls, gen.lut_bytes = [], 0
     gen.rsqrt_tables = rsqrt_tables
+    gen.lean = lean
     gen.plan()
     for op in g.ops:
         gen.emit(op)
@@ -842,7 +953,7 @@ def generate_c(tflite_path: str | os.PathLike, out_dir: str | os.PathLike,
          "static int8_t *const qsa_arena = (int8_t *)qsa_arena_words;",
          f"static int32_t qsa_acc[{max(gen.scratch, 1)}]; /* MEAN / SUM accumulators */", ""]
     c += gen.consts + gen.lut_decls + [""]
-    c += ["void qsa_net_init(qsa_net_state *st) {"]
+    c += ["QSA_INIT_CODE void qsa_net_init(qsa_net_state *st) {"]
     for si, _ in pairs:
         t = g.tensors[si]
         c.append(f"  memset(st->t{si}, {t.zp}, sizeof st->t{si});")

@@ -20,6 +20,19 @@ the weights), SMLAD / SXTB16 dot products on cores with the DSP extension (porta
 host, the same integers), the quaternion Hamilton expansion (a constant BATCH_MATMUL whose
 rows each pick one component, +-q) as a selection of 2K requantised values per column,
 convolutions through a zero-point-padded im2col column. Elsewhere the reference kernels run.
+
+The lean kernels (``generate_c(lean=True)``, the default; every one exact, the same integers
+as the kernels above, which ``lean=False`` keeps): ``qsa_addh`` / ``qsa_addc`` (ADD / SUB where
+one operand's rescale is TFLite's exact 1/2, (2^30, shift 0): its term is a shift, no rounding;
+with a constant operand, a bias, that operand's terms once per call), ``qsa_preluf`` (both
+branches in SMMLAR form, left shifts included), ``qsa_fcs`` (constant-weight FULLY_CONNECTED,
+unit by unit, four rows per pass), ``qsa_convc`` (one-column-wide CONV_2D as an im2col block
+of pixels fed to ``qsa_fcs``), ``qsa_dwconvs`` (depthwise, four channels per word, the input
+offset folded through zero-point padding), ``qsa_bmm_ham`` (the Hamilton expansion's one row
+pattern: 4 requantisations per column, the negative components as 2 off - the positive ones,
+saturated, which the exporter checks on all 256 inputs of each op), ``qsa_bmm2`` (activation
+x activation BATCH_MATMUL, 2 x 2 outputs per pass). Init-only code (the
+LOGISTIC / SOFTMAX / RSQRT tables) is optimised for size.
 """
 
 QSA_NN_H = r"""/* qsa_nn.h: int8 kernels of a `qsa export --target c` network (generated; see
@@ -31,6 +44,13 @@ QSA_NN_H = r"""/* qsa_nn.h: int8 kernels of a `qsa export --target c` network (g
 
 #define QSA_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define QSA_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* code that runs once, at init (the tables of LOGISTIC, SOFTMAX, RSQRT): optimised for size */
+#if defined(__GNUC__) && !defined(__clang__)
+#define QSA_INIT_CODE __attribute__((optimize("Os")))
+#else
+#define QSA_INIT_CODE
+#endif
 
 static inline int8_t qsa_sat8(int32_t v) {
   return (int8_t)(v < -128 ? -128 : (v > 127 ? 127 : v));
@@ -83,6 +103,7 @@ static inline int32_t qsa_srmpot(int32_t x, int e) {
 }
 
 /* gemmlowp exp_on_interval_between_negative_one_quarter_and_0_excl (Q0.31) */
+QSA_INIT_CODE
 static int32_t qsa_exp_quarter(int32_t a) {
   const int32_t ct = 1895147668, c13 = 715827883;
   int32_t x = a + (1 << 28), x2, x3, x4, x4q, t;
@@ -95,6 +116,7 @@ static int32_t qsa_exp_quarter(int32_t a) {
 }
 
 /* gemmlowp exp_on_negative_values for a Q(ib).(31-ib) input -> Q0.31 */
+QSA_INIT_CODE
 static int32_t qsa_exp_neg(int32_t a, int ib) {
   static const int32_t mul[7] = {1672461947, 1302514674, 790015084, 290630308,
                                  39332535, 720401, 242};
@@ -142,8 +164,8 @@ static void qsa_gather4(int8_t *restrict out, const int8_t *in, const int16_t n[
     for (b = 0; b < n[1]; ++b)
       for (c = 0; c < n[2]; ++c) {
         const int8_t *p = in + a * s[0] + b * s[1] + c * s[2];
-        if (s[3] == 1) { memcpy(out, p, (size_t)n[3]); out += n[3]; }
-        else for (d = 0; d < n[3]; ++d, p += s[3]) *out++ = *p;
+        if (s[3] == 1 && n[3] >= 16) { memcpy(out, p, (size_t)n[3]); out += n[3]; }
+        else for (d = 0; d < n[3]; ++d, p += s[3]) *out++ = *p; /* short runs: no call */
       }
 }
 
@@ -231,6 +253,7 @@ static void qsa_lut(int8_t *restrict out, const int8_t *x, int32_t n, const int8
 }
 
 /* reference_integer_ops::Logistic for one value (fills the LOGISTIC tables at init) */
+QSA_INIT_CODE
 static int8_t qsa_logistic1(int8_t x, int32_t in_zp, int32_t radius, int32_t mult, int32_t ls) {
   int32_t in = (int32_t)x - in_zp, q4, q0, pos;
   if (in <= -radius) return -128;
@@ -244,6 +267,7 @@ static int8_t qsa_logistic1(int8_t x, int32_t in_zp, int32_t radius, int32_t mul
   return qsa_sat8(qsa_rdbpot(q0, 31 - 8) - 128);
 }
 
+QSA_INIT_CODE
 static void qsa_logistic_table(int8_t lut[256], int32_t in_zp, int32_t radius, int32_t mult,
                                int32_t ls) {
   int v;
@@ -251,6 +275,7 @@ static void qsa_logistic_table(int8_t lut[256], int32_t in_zp, int32_t radius, i
 }
 
 /* TFLM elementwise RSQRT, int8 (GetInvSqrtQuantizedMultiplierExp, reverse shift -1) */
+QSA_INIT_CODE
 static void qsa_rsqrt(int8_t *restrict out, const int8_t *x, int32_t n, int32_t in_off, int32_t m,
                       int32_t s, int32_t out_off) {
   int32_t i;
@@ -304,6 +329,7 @@ static void qsa_reduce(int8_t *restrict out, const int8_t *x, const int16_t n[4]
 /* ---- SOFTMAX int8 -> int8 (scale 1/256, zero point -128) over the last dim ---------------
  * exp of (x - max) depends on the difference only (0..255): tables filled at init by the
  * reference arithmetic (qsa_softmax_table), 0 where the difference is below diff_min */
+QSA_INIT_CODE
 static void qsa_softmax_table(int32_t e[256], int32_t in_mult, int32_t in_ls, int32_t diff_min) {
   int32_t d;
   for (d = 0; d < 256; ++d)
@@ -837,6 +863,7 @@ static void qsa_dwconvf(int8_t *restrict out, const int8_t *x, const int8_t *f,
 }
 
 /* 256-entry int8 table of an int8 -> int8 op (RSQRT), filled at init by the reference kernel */
+QSA_INIT_CODE
 static void qsa_rsqrt_table(int8_t lut[256], int32_t in_off, int32_t m, int32_t s,
                             int32_t out_off) {
   int8_t v[256], o[256];
@@ -844,6 +871,341 @@ static void qsa_rsqrt_table(int8_t lut[256], int32_t in_off, int32_t m, int32_t 
   for (k = 0; k < 256; ++k) v[k] = (int8_t)(k - 128);
   qsa_rsqrt(o, v, 256, in_off, m, s, out_off);
   for (k = 0; k < 256; ++k) lut[(uint8_t)(k - 128)] = o[k];
+}
+
+
+/* ---- leaner exact kernels (same integers as the ones above; chosen at export) ------------ */
+
+/* requant(x) + off, saturated, for a multiplier m in [0, 2^31) and any shift s in [-22, 13]:
+ * s >= 0: srdhm(x 2^s, m) = SMMLAR(x 2^(s+1), m, off) - off (ls = s + 1, e = 0, k = 0);
+ * s < 0: qsa_rqf (ls = 1, e = -s, c = qsa_rqc(e, off), k = -1). |x 2^ls| < 2^31 (export). */
+static inline int8_t qsa_rqs(int32_t x, int32_t m, int32_t ls, int32_t e, int32_t c, int32_t k) {
+  return qsa_ssat8(qsa_smmlar(x * (1 << ls), m, c + ((x >> 31) & k)) >> e);
+}
+
+typedef struct { int32_t ka, offa, offb, mb, eb, hb, kb, smb, mo, eo, co; } qsa_addh_p;
+
+/* ADD / SUB where operand a's rescale is exactly 1/2 (the operand of the larger scale: TFLite's
+ * multiplier (2^30, shift 0)), so its term is (a + offa) 2^19, ka = +-2^19; b's term as in
+ * qsa_addf, negated when smb = -1. Same integers as qsa_add, a third of the work. */
+static void qsa_addh(int8_t *restrict out, const int8_t *x, const int8_t *y, const qsa_bcast *bc,
+                     const qsa_addh_p *p) {
+  int32_t a, b, c, d;
+  const int32_t n3 = bc->n[3], sa3 = bc->sa[3], sb3 = bc->sb[3];
+  const int32_t ka = p->ka, oa = p->offa, ob = p->offb, mb = p->mb, eb = p->eb, hb = p->hb;
+  const int32_t kb = p->kb, smb = p->smb, mo = p->mo, eo = p->eo, co = p->co;
+  for (a = 0; a < bc->n[0]; ++a)
+    for (b = 0; b < bc->n[1]; ++b)
+      for (c = 0; c < bc->n[2]; ++c) {
+        const int8_t *px = x + a * bc->sa[0] + b * bc->sa[1] + c * bc->sa[2];
+        const int8_t *py = y + a * bc->sb[0] + b * bc->sb[1] + c * bc->sb[2];
+        for (d = 0; d < n3; ++d, px += sa3, py += sb3) {
+          int32_t ta = (oa + *px) * ka;
+          int32_t tb = qsa_rqterm((ob + *py) * (1 << 21), mb, eb, hb, kb);
+          *out++ = qsa_rqf((ta + ((tb ^ smb) - smb)) * 2, mo, eo, co);
+        }
+      }
+}
+
+typedef struct { int32_t in_off, alpha_off, m1, l1, e1, c1, k1, m2, l2, e2, c2, k2; } qsa_preluf_p;
+
+/* PRELU with qsa_rqs on both branches (same integers as qsa_prelu) */
+static void qsa_preluf(int8_t *restrict out, const int8_t *x, const int8_t *alpha,
+                       const qsa_bcast *bc, const qsa_preluf_p *p) {
+  int32_t a, b, c, d;
+  const int32_t n3 = bc->n[3], sa3 = bc->sa[3], sb3 = bc->sb[3], io = p->in_off;
+  const int32_t ao = p->alpha_off;
+  for (a = 0; a < bc->n[0]; ++a)
+    for (b = 0; b < bc->n[1]; ++b)
+      for (c = 0; c < bc->n[2]; ++c) {
+        const int8_t *px = x + a * bc->sa[0] + b * bc->sa[1] + c * bc->sa[2];
+        const int8_t *pa = alpha + a * bc->sb[0] + b * bc->sb[1] + c * bc->sb[2];
+        for (d = 0; d < n3; ++d, px += sa3, pa += sb3) {
+          int32_t v = io + *px;
+          *out++ = v >= 0 ? qsa_rqs(v, p->m1, p->l1, p->e1, p->c1, p->k1)
+                          : qsa_rqs(v * (ao + *pa), p->m2, p->l2, p->e2, p->c2, p->k2);
+        }
+      }
+}
+
+/* the quaternion Hamilton expansion (qsa_bmm_sel) for its one row pattern, K = 4, M = 16:
+ * rows r, -i, -j, -k, i, r, k, -j, j, -k, r, i, k, j, -i, r of the 4 components, where the
+ * negative values are 2 off - the positive ones, saturated (checked at export for all 256
+ * inputs): 4 requantisations and 3 subtractions per column. Same integers as qsa_bmm_sel. */
+static void qsa_bmm_ham(int8_t *restrict out, const int8_t *B, int32_t b_off, int32_t nb,
+                        int32_t b_bs, int32_t N, int32_t q2, int32_t m, int32_t e, int32_t off) {
+  int32_t b, j;
+  const int32_t c = qsa_rqc(e, off), zz = 2 * off;
+  for (b = 0; b < nb; ++b) {
+    const int8_t *pb = B + b * b_bs;
+    int8_t *po = out + b * 16 * N;
+    for (j = 0; j < N; ++j) {
+      int8_t *q = po + j;
+      int32_t v0 = (pb[j] + b_off) * q2, v1 = (pb[N + j] + b_off) * q2;
+      int32_t v2 = (pb[2 * N + j] + b_off) * q2, v3 = (pb[3 * N + j] + b_off) * q2;
+      int8_t r = qsa_rqf(v0, m, e, c), i = qsa_rqf(v1, m, e, c);
+      int8_t jj = qsa_rqf(v2, m, e, c), k = qsa_rqf(v3, m, e, c);
+      int8_t ni = qsa_ssat8(zz - i), nj = qsa_ssat8(zz - jj), nk = qsa_ssat8(zz - k);
+#define QSA_PUT(v) do { *q = (v); q += N; } while (0)
+      QSA_PUT(r); QSA_PUT(ni); QSA_PUT(nj); QSA_PUT(nk);
+      QSA_PUT(i); QSA_PUT(r); QSA_PUT(k); QSA_PUT(nj);
+      QSA_PUT(jj); QSA_PUT(nk); QSA_PUT(r); QSA_PUT(i);
+      QSA_PUT(k); QSA_PUT(jj); QSA_PUT(ni); *q = r;
+#undef QSA_PUT
+    }
+  }
+}
+
+/* FULLY_CONNECTED with constant weights (zero point 0, depth a multiple of 4), the fast
+ * requantisation: unit by unit, its constants hoisted, four rows per pass so each weight word
+ * is sign-extended once for all four (kbias as in qsa_fc). Same integers as qsa_fc. */
+static void qsa_fcs(int8_t *restrict out, const int8_t *x, const int8_t *w, const int32_t *kbias,
+                    int32_t rows, int32_t depth, int32_t units, const int32_t *mult,
+                    const int8_t *shift, int32_t per_channel, int32_t out_off) {
+  int32_t r, u, k;
+  for (u = 0; u < units; ++u) {
+    const int32_t ch = per_channel ? u : 0, m = mult[ch], e = -shift[ch];
+    const int32_t c = qsa_rqc(e, out_off), kb = kbias[u];
+    const int8_t *pw = w + u * depth, *px = x;
+    int8_t *po = out + u;
+    for (r = 0; r + 3 < rows; r += 4, px += 4 * depth, po += 4 * units) {
+      int32_t a0 = kb, a1 = kb, a2 = kb, a3 = kb;
+      const int8_t *x1 = px + depth, *x2 = x1 + depth, *x3 = x2 + depth;
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+      for (k = 0; k < depth; k += 4) {
+        uint32_t wv, xv, w0, w1;
+        memcpy(&wv, pw + k, 4);
+        w0 = __sxtb16(wv);
+        w1 = qsa_sxtb16_ror8(wv);
+        memcpy(&xv, px + k, 4);
+        a0 = __smlad(w1, qsa_sxtb16_ror8(xv), __smlad(w0, __sxtb16(xv), a0));
+        memcpy(&xv, x1 + k, 4);
+        a1 = __smlad(w1, qsa_sxtb16_ror8(xv), __smlad(w0, __sxtb16(xv), a1));
+        memcpy(&xv, x2 + k, 4);
+        a2 = __smlad(w1, qsa_sxtb16_ror8(xv), __smlad(w0, __sxtb16(xv), a2));
+        memcpy(&xv, x3 + k, 4);
+        a3 = __smlad(w1, qsa_sxtb16_ror8(xv), __smlad(w0, __sxtb16(xv), a3));
+      }
+#else
+      for (k = 0; k < depth; ++k) {
+        a0 += pw[k] * px[k];
+        a1 += pw[k] * x1[k];
+        a2 += pw[k] * x2[k];
+        a3 += pw[k] * x3[k];
+      }
+#endif
+      po[0] = qsa_rqf(a0 * 2, m, e, c);
+      po[units] = qsa_rqf(a1 * 2, m, e, c);
+      po[2 * units] = qsa_rqf(a2 * 2, m, e, c);
+      po[3 * units] = qsa_rqf(a3 * 2, m, e, c);
+    }
+    for (; r < rows; ++r, px += depth, po += units)
+      *po = qsa_rqf((kb + qsa_dot8x4(px, pw, depth)) * 2, m, e, c);
+  }
+}
+
+/* CONV_2D as qsa_convf for a filter one column wide (k_w = 1, stride_w 1, no width padding,
+ * no dilation; in_c a multiple of 4, k_h in_c <= 256): the columns of up to 512 / (k_h in_c)
+ * output pixels gathered at once (im2col, word copies; a tap in the padding reads a row of
+ * the input zero point), then the pixels as the rows of qsa_fcs. Same integers as qsa_conv. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) /* word copies, no memcpy call */
+#endif
+static void qsa_convc(int8_t *restrict out, const int8_t *x, const int8_t *f, const int32_t *kbias,
+                      const int32_t *mult, const int8_t *shift, const qsa_conv_p *p) {
+  int32_t n, oy, ox, ky, k, np = 0;
+  uint32_t colw[128], zrow[64];
+  uint32_t *pc = colw;
+  const int32_t C = p->in_c, C4 = C / 4, KH = p->k_h, TC = KH * C, OC = p->out_c;
+  const int32_t chunk = 512 / TC >= 4 ? 512 / TC & ~3 : 512 / TC; /* qsa_fcs: 4 rows a pass */
+  const int32_t IH = p->in_h, W = p->in_w, OH = p->out_h;
+  const int32_t SH = p->stride_h, PH = p->pad_h, row = W * C;
+  const uint32_t zp4 = 0x01010101u * (uint8_t)(int8_t)(-p->in_off);
+  for (k = 0; k < C4; ++k) zrow[k] = zp4;
+  for (n = 0; n < p->batches; ++n, x += IH * row)
+    for (oy = 0; oy < OH; ++oy) {
+      const int8_t *tap[16];
+      int32_t inc[16];
+      for (ky = 0; ky < KH; ++ky) {
+        const int32_t iy = oy * SH - PH + ky;
+        const int valid = iy >= 0 && iy < IH;
+        tap[ky] = valid ? x + iy * row : (const int8_t *)zrow;
+        inc[ky] = valid ? C : 0;
+      }
+      for (ox = 0; ox < W; ++ox) {
+        for (ky = 0; ky < KH; ++ky) {
+          const int8_t *src = tap[ky];
+          tap[ky] += inc[ky];
+          for (k = 0; k < C4; ++k, src += 4) memcpy(pc++, src, 4);
+        }
+        if (++np == chunk) {
+          qsa_fcs(out, (const int8_t *)colw, f, kbias, np, TC, OC, mult, shift, 1, p->out_off);
+          out += np * OC;
+          np = 0;
+          pc = colw;
+        }
+      }
+    }
+  if (np) qsa_fcs(out, (const int8_t *)colw, f, kbias, np, TC, OC, mult, shift, 1, p->out_off);
+}
+
+/* DEPTHWISE_CONV_2D, depth multiplier 1, channels a multiple of 4 (<= 128), k_h k_w <= 32,
+ * the fast requantisation: taps in the padding read a row of the input zero point, so the
+ * input offset folds into the bias (bias + in_off sum over all taps, once a call); four channels
+ * per pass, one word of input and of filter per tap (SMLABB / SMLATT on the DSP extension).
+ * Same integers as qsa_dwconv. */
+static void qsa_dwconvs(int8_t *restrict out, const int8_t *x, const int8_t *f,
+                        const int32_t *bias, const int32_t *mult, const int8_t *shift,
+                        const qsa_conv_p *p) {
+  int32_t n, oy, ox, ky, kx, c, t, T = 0;
+  uint32_t zrow[32];
+  int32_t kbias[128];
+  const int8_t *tx[32];
+  const int32_t C = p->out_c, IH = p->in_h, IW = p->in_w, KH = p->k_h, KW = p->k_w;
+  const int32_t off = p->out_off;
+  const uint32_t zp4 = 0x01010101u * (uint8_t)(int8_t)(-p->in_off);
+  for (c = 0; c < C / 4; ++c) zrow[c] = zp4;
+  for (c = 0; c < C; ++c) {
+    int32_t fs = 0;
+    for (t = 0; t < KH * KW; ++t) fs += f[t * C + c];
+    kbias[c] = (bias ? bias[c] : 0) + p->in_off * fs;
+  }
+  for (n = 0; n < p->batches; ++n)
+    for (oy = 0; oy < p->out_h; ++oy)
+      for (ox = 0; ox < p->out_w; ++ox) {
+        T = 0;
+        for (ky = 0; ky < KH; ++ky) {
+          const int32_t iy = oy * p->stride_h - p->pad_h + ky * p->dil_h;
+          for (kx = 0; kx < KW; ++kx) {
+            const int32_t ix = ox * p->stride_w - p->pad_w + kx * p->dil_w;
+            tx[T++] = iy < 0 || iy >= IH || ix < 0 || ix >= IW
+                          ? (const int8_t *)zrow : x + ((n * IH + iy) * IW + ix) * C;
+          }
+        }
+        for (c = 0; c < C; c += 4, out += 4) {
+          int32_t a0 = kbias[c], a1 = kbias[c + 1], a2 = kbias[c + 2], a3 = kbias[c + 3];
+          const int8_t *pf = f + c;
+          for (t = 0; t < T; ++t, pf += C) {
+            const int8_t *px = tx[t] + c; /* zrow + c: still the zero point */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+            uint32_t xv, fv, x02, f02, x13, f13;
+            memcpy(&xv, px, 4);
+            memcpy(&fv, pf, 4);
+            x02 = __sxtb16(xv);
+            f02 = __sxtb16(fv);
+            x13 = qsa_sxtb16_ror8(xv);
+            f13 = qsa_sxtb16_ror8(fv);
+            a0 = __smlabb(x02, f02, a0);
+            a2 = __smlatt(x02, f02, a2);
+            a1 = __smlabb(x13, f13, a1);
+            a3 = __smlatt(x13, f13, a3);
+#else
+            a0 += px[0] * pf[0];
+            a1 += px[1] * pf[1];
+            a2 += px[2] * pf[2];
+            a3 += px[3] * pf[3];
+#endif
+          }
+          {
+            const int32_t acc[4] = {a0, a1, a2, a3};
+            for (t = 0; t < 4; ++t)
+              out[t] = qsa_rqf(acc[t] * 2, mult[c + t], -shift[c + t],
+                               qsa_rqc(-shift[c + t], off));
+          }
+        }
+      }
+}
+
+typedef struct { int32_t kx, ox, y_half, ky, oy, my, ey, hy, kky, smy, mo, eo, co, ny; } qsa_addc_p;
+
+/* ADD / SUB of an activation x whose rescale is exactly 1/2 (the larger scale: its term is
+ * (x + ox) kx, kx = +-2^19) and a constant y (ny <= 256 values, a bias): y's terms (exact half,
+ * or qsa_rqterm, +-1) plus ox kx once per call into a table, then per value one multiply, a
+ * sum and the output requantisation. Same integers as qsa_add. */
+static void qsa_addc(int8_t *restrict out, const int8_t *x, const int8_t *y, const qsa_bcast *bc,
+                     const qsa_addc_p *p) {
+  int32_t a, b, c, d, ty[256];
+  const int32_t n3 = bc->n[3], sa3 = bc->sa[3], sb3 = bc->sb[3];
+  const int32_t mo = p->mo, eo = p->eo, co = p->co, kx = p->kx;
+  for (d = 0; d < p->ny; ++d) {
+    const int32_t v = p->oy + y[d];
+    int32_t t = p->y_half ? v * p->ky : qsa_rqterm(v * (1 << 21), p->my, p->ey, p->hy, p->kky);
+    if (!p->y_half) t = (t ^ p->smy) - p->smy;
+    ty[d] = t + p->ox * kx;
+  }
+  for (a = 0; a < bc->n[0]; ++a)
+    for (b = 0; b < bc->n[1]; ++b)
+      for (c = 0; c < bc->n[2]; ++c) {
+        const int8_t *px = x + a * bc->sa[0] + b * bc->sa[1] + c * bc->sa[2];
+        const int32_t *pt = ty + a * bc->sb[0] + b * bc->sb[1] + c * bc->sb[2];
+        for (d = 0; d < n3; ++d, px += sa3, pt += sb3)
+          *out++ = qsa_rqf((*px * kx + *pt) * 2, mo, eo, co);
+      }
+}
+
+/* BATCH_MATMUL of two activations, as qsa_bmmf (same integers as qsa_bmm): A + a_off as int16
+ * rows once per batch (M Kp <= 640, K padded to even Kp <= 128), blocks of columns of B + b_off
+ * as int16 (256 halfwords), then 2 x 2 outputs per pass: two rows and two columns share each
+ * loaded pair, four SMLADs per four loads. */
+static void qsa_bmm2(int8_t *restrict out, const int8_t *A, int32_t a_off, const int8_t *B,
+                     int32_t b_off, int32_t nb, int32_t a_bs, int32_t b_bs, int32_t M, int32_t K,
+                     int32_t N, int32_t mult, int32_t e, int32_t out_off) {
+  int32_t b, i, j, j0, k;
+  int16_t a16[640], c16[256];
+  const int32_t Kp = (K + 1) & ~1, c = qsa_rqc(e, out_off);
+  const int32_t NC = (256 / Kp) & ~1;
+  for (b = 0; b < nb; ++b) {
+    const int8_t *pa = A + b * a_bs, *pb = B + b * b_bs;
+    int8_t *po = out + b * M * N;
+    if (b == 0 || a_bs)
+      for (i = 0; i < M; ++i) {
+        for (k = 0; k < K; ++k) a16[i * Kp + k] = (int16_t)(pa[i * K + k] + a_off);
+        if (Kp != K) a16[i * Kp + K] = 0;
+      }
+    for (j0 = 0; j0 < N; j0 += NC) {
+      const int32_t nc = QSA_MIN(NC, N - j0);
+      for (j = 0; j < nc; ++j) {
+        for (k = 0; k < K; ++k) c16[j * Kp + k] = (int16_t)(pb[k * N + j0 + j] + b_off);
+        if (Kp != K) c16[j * Kp + K] = 0;
+      }
+      for (i = 0; i < M; i += 2) {
+        const int32_t i1 = i + 1 < M ? i + 1 : i;
+        const int16_t *r0 = a16 + i * Kp, *r1 = a16 + i1 * Kp;
+        for (j = 0; j < nc; j += 2) {
+          const int32_t j1 = j + 1 < nc ? j + 1 : j;
+          const int16_t *q0 = c16 + j * Kp, *q1 = c16 + j1 * Kp;
+          int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0;
+          int8_t *o = po + i * N + j0 + j;
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+          for (k = 0; k < Kp; k += 2) {
+            uint32_t x0, x1, y0, y1;
+            memcpy(&x0, r0 + k, 4);
+            memcpy(&x1, r1 + k, 4);
+            memcpy(&y0, q0 + k, 4);
+            memcpy(&y1, q1 + k, 4);
+            s00 = __smlad(x0, y0, s00);
+            s01 = __smlad(x0, y1, s01);
+            s10 = __smlad(x1, y0, s10);
+            s11 = __smlad(x1, y1, s11);
+          }
+#else
+          for (k = 0; k < Kp; ++k) {
+            s00 += r0[k] * q0[k];
+            s01 += r0[k] * q1[k];
+            s10 += r1[k] * q0[k];
+            s11 += r1[k] * q1[k];
+          }
+#endif
+          o[0] = qsa_rqf(s00 * 2, mult, e, c);
+          if (j1 != j) o[1] = qsa_rqf(s01 * 2, mult, e, c);
+          if (i1 != i) {
+            o[N] = qsa_rqf(s10 * 2, mult, e, c);
+            if (j1 != j) o[N + 1] = qsa_rqf(s11 * 2, mult, e, c);
+          }
+        }
+      }
+    }
+  }
 }
 
 #endif /* QSA_NN_H */

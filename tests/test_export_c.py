@@ -39,6 +39,11 @@ logging.getLogger("torch.__trace").propagate = False
 
 needs_cc = pytest.mark.skipif(host_cc() is None, reason="no host C compiler (cc/gcc/clang)")
 
+# the module's one full export (TFLite-Micro conversion, C build, TFLite-Micro / torch / QEMU
+# verification) takes ~9 minutes on 2 idle cores, in the setup of whichever test runs first:
+# past the suite's 600 s default when the machine is shared
+pytestmark = pytest.mark.timeout(1800)
+
 
 @pytest.fixture(scope="module")
 def model():
@@ -365,3 +370,70 @@ def test_c_strength_control(c_export):
     mixed = CRuntime(src, 12).run_utterance(wave)
     assert np.abs(mixed - ((1 - g) * y + g * dry)).max() <= 1.01 / 32768
     assert np.abs(mixed - y).max() > 100 / 32768  # it did something
+
+
+@needs_cc
+def test_hamilton_kernel_equals_the_selection_kernel(tmp_path):
+    """qsa_bmm_ham (4 requantisations per column, the negative components as 2 off - the
+    positive ones) gives qsa_bmm_sel's integers wherever the export's check
+    (_negation_is_reflection, on all 256 inputs) admits it, on every int8 input value; and
+    the check's Python requantisation is qsa_rq's."""
+    from qsa.export.c_export import _HAMILTON_ROWS, _negation_is_reflection, _requant_py
+    from qsa.export.c_kernels import QSA_NN_H
+
+    rng = np.random.default_rng(2)
+    cases = []
+    while len(cases) < 24:
+        q, b_off = int(rng.integers(1, 128)), int(rng.integers(-127, 128))
+        m, s = quantize_multiplier(float(rng.uniform(0.2, 1.2)) / q)
+        off = int(rng.integers(-40, 40))
+        if -22 <= s <= -1 and _negation_is_reflection(q, b_off, m, -s, off):
+            cases.append((q, b_off, m, -s, off))
+    (tmp_path / "qsa_nn.h").write_text(QSA_NN_H)
+    sel = ", ".join(str(v) for v in _HAMILTON_ROWS)
+    (tmp_path / "t.c").write_text(
+        '#include <stdio.h>\n#include "qsa_nn.h"\n'
+        "int main(int argc,char**argv){int q,bo,m,e,o,i;long x;"
+        "static int8_t B[4*64],a[16*64],b[16*64];"
+        f"static const uint8_t sel[16]={{{sel}}};"
+        "for(i=0;i<256;++i)B[i]=(int8_t)(i-128);"
+        'if(argc>1){while(scanf("%ld %d %d",&x,&m,&e)==3)printf("%d\\n",qsa_rq((int32_t)x,m,e));'
+        "return 0;}"
+        'while(scanf("%d %d %d %d %d",&q,&bo,&m,&e,&o)==5){int d=0;'
+        "qsa_bmm_sel(a,B,bo,1,0,16,4,64,sel,2*q,m,e,o);qsa_bmm_ham(b,B,bo,1,0,64,2*q,m,e,o);"
+        'for(i=0;i<16*64;++i)d+=a[i]!=b[i];printf("%d\\n",d);}'
+        "return 0;}\n")
+    exe = tmp_path / "t"
+    subprocess.run([host_cc(), "-std=c99", "-O2", "-Wno-unused-function", "-o", str(exe),
+                    str(tmp_path / "t.c"), f"-I{tmp_path}"], check=True)
+    lines = "\n".join(" ".join(str(v) for v in c) for c in cases)
+    got = subprocess.run([str(exe)], input=lines, capture_output=True, text=True, check=True)
+    assert got.stdout.split() == ["0"] * len(cases)
+    accs = [int(v) for v in rng.integers(-(2**24), 2**24, 400)] + [0, 1, -1, 2**29, -(2**29)]
+    for _, _, m, e, _ in cases[:4]:
+        stdin = "\n".join(f"{a} {m} {e}" for a in accs)
+        got = subprocess.run([str(exe), "rq"], input=stdin, capture_output=True, text=True,
+                             check=True)
+        assert [int(v) for v in got.stdout.split()] == [_requant_py(a, m, e) for a in accs]
+
+
+@pytest.mark.slow
+@needs_cc
+def test_lean_kernels_equal_the_reference_build(c_export, model, tmp_path):
+    """The export's default build (the lean kernels: ADD with a bias's terms per call, the
+    Hamilton expansion, CONV_2D through qsa_fcs, ...) and the build with the previous kernels
+    only (generate_c(lean=False), kept as the exact fallback) give the same int8 outputs and
+    state on every step of the verification utterance."""
+    from qsa.export.calib import verification_utterance
+
+    tfl = c_export.artifact.parent / "model.tflite"
+    wave = np.asarray(verification_utterance(), np.float32)
+    outs = []
+    for lean in (True, False):
+        d = tmp_path / f"lean{int(lean)}"
+        net = generate_c(tfl, d, lean=lean)
+        text = (d / "qsa_net.c").read_text()
+        assert ("qsa_bmm_ham(" in text and "qsa_fcs(" in text) == lean
+        frames = network_frames(model.step_module(), net.inputs[0], wave)
+        outs.append(c_network_outputs(build_host(d, HOST_HARNESS, "net"), frames, d))
+    np.testing.assert_array_equal(outs[0], outs[1])
