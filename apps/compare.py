@@ -378,27 +378,9 @@ def build_artifact(model, label: str, runtime: str, precision: str, folder: Path
         artifact = folder / f"model.{precision}.qsa"
         save_packed(model, artifact, precision=precision, force=True)
         report = {"bytes": artifact.stat().st_size, "precision": precision}
-    elif runtime == "c":  # the generated C folder; its QEMU runs belong to `qsa export`
-        from qsa.export.c_export import export_c
-
-        try:
-            res = export_c(model, folder, model_name=label, force=True, calib=calib, mcu=())
-        except QsaError as e:
-            failed = {"key": key, "failed": " ".join(str(e).split()) or type(e).__name__,
-                      "export_seconds": round(time.perf_counter() - t0, 2)}
-            atomic_write_text(folder / CACHE_FILE, json.dumps(failed, indent=1) + "\n")
-            raise
-        artifact, report = Path(res.artifact), res.report
     else:
-        import warnings
-
-        from qsa.export import export_model
-
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                res = export_model(model, runtime, precision, folder, calib=calib,
-                                   profile=profile, model_name=label, force=True)
+            res = _export(model, runtime, precision, folder, calib, profile, label)
         except QsaError as e:
             failed = {"key": key, "failed": " ".join(str(e).split()) or type(e).__name__,
                       "export_seconds": round(time.perf_counter() - t0, 2)}
@@ -413,6 +395,22 @@ def build_artifact(model, label: str, runtime: str, precision: str, folder: Path
             "export_seconds": round(seconds, 2)}
     atomic_write_text(folder / CACHE_FILE, json.dumps(meta, indent=1) + "\n")
     return artifact, report, False, seconds
+
+
+def _export(model, runtime: str, precision: str, folder: Path, calib, profile, label: str):
+    """Export one combination other than torch into ``folder`` (an ExportResult)."""
+    if runtime == "c":  # the generated C folder; its QEMU runs belong to `qsa export`
+        from qsa.export.c_export import export_c
+
+        return export_c(model, folder, model_name=label, force=True, calib=calib, mcu=())
+    import warnings
+
+    from qsa.export import export_model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return export_model(model, runtime, precision, folder, calib=calib, profile=profile,
+                            model_name=label, force=True)
 
 
 def open_runtime(runtime: str, precision: str, artifact: Path, report: dict):

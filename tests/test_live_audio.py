@@ -672,19 +672,22 @@ def test_callback_allocates_nothing_and_pipeline_is_exact(pulse, enhancer, monke
         session.close()
 
 
-def test_terminal_view_b_toggles_bypass_q_quits(pulse, enhancer, tmp_path):
-    """The rich view on a real terminal (a pty): 'b' switches to bypass (the input, delayed
-    like the model), 'q' stops and saves."""
+def live_on_a_pty(pulse, enhancer, tmp_path, *, seed: int, args: tuple, ready: bytes,
+                  keys: bytes, changed: bytes, settle_s: float = 0.0):
+    """`qsa live` (its rich view) on a real terminal, a pty, playing 60 s of seeded noise to
+    the speaker sink: once ``ready`` is on the screen and over 1 s is recorded, type ``keys``
+    (then read for ``settle_s``), wait for ``changed`` on the screen and 1 s more of recording,
+    and quit with 'q'. Returns (exit code, the screen's bytes, the recording's path)."""
     import pty
 
     src = tmp_path / "noise.wav"
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(seed)
     sf.write(src, 0.1 * rng.standard_normal(SR * 60).astype(np.float32), SR, subtype="FLOAT")
     rec = tmp_path / "rec.wav"
     master, slave = pty.openpty()
     app = subprocess.Popen(
         [sys.executable, "-m", "qsa.cli", "live", "--model", enhancer.model, "-i", "pulse",
-         "-o", "pulse", "--input-file", str(src), "--record", str(rec)],
+         "-o", "pulse", "--input-file", str(src), "--record", str(rec), *args],
         env=dict(pulse.env_for("speaker", "speaker.monitor"), TERM="xterm", COLUMNS="120"),
         stdin=slave, stdout=slave, stderr=slave,
     )  # fmt: skip
@@ -703,13 +706,13 @@ def test_terminal_view_b_toggles_bypass_q_quits(pulse, enhancer, tmp_path):
 
     try:
         deadline = time.monotonic() + 60
-        while b"enhancing" not in screen and time.monotonic() < deadline:
+        while ready not in screen and time.monotonic() < deadline:
             read_for(0.2)
         while not (rec.exists() and sf.info(rec).frames > SR) and time.monotonic() < deadline:
             read_for(0.2)
-        os.write(master, b"b")
-        read_for(0.5)
-        while b"BYPASS" not in screen and time.monotonic() < deadline:
+        os.write(master, keys)
+        read_for(settle_s)
+        while changed not in screen and time.monotonic() < deadline:
             read_for(0.2)
         before = sf.info(rec).frames
         while sf.info(rec).frames < before + SR and time.monotonic() < deadline:
@@ -720,7 +723,16 @@ def test_terminal_view_b_toggles_bypass_q_quits(pulse, enhancer, tmp_path):
     finally:
         app.kill()
         os.close(master)
-    assert app.returncode == 0, screen[-2000:]
+    return app.returncode, screen, rec
+
+
+def test_terminal_view_b_toggles_bypass_q_quits(pulse, enhancer, tmp_path):
+    """The rich view on a real terminal (a pty): 'b' switches to bypass (the input, delayed
+    like the model), 'q' stops and saves."""
+    returncode, screen, rec = live_on_a_pty(
+        pulse, enhancer, tmp_path, seed=3, args=(), ready=b"enhancing", keys=b"b",
+        changed=b"BYPASS", settle_s=0.5)
+    assert returncode == 0, screen[-2000:]
     assert b"BYPASS" in screen and b"qsa live:" in screen
     y, _ = sf.read(rec, dtype="float32")
     inp, out = y[:, 0], y[:, 1]
@@ -876,53 +888,12 @@ def test_terminal_view_arrows_change_the_limit(pulse, enhancer, tmp_path):
     """On a real terminal (a pty): two down arrows take --atten-lim 6 to 0 dB while the
     stream runs (the output becomes the delayed input exactly) and do not toggle bypass
     (a down arrow's escape sequence ends in 'B')."""
-    import pty
-
     from qsa.apps.live.processors import AttenLimited
 
-    src = tmp_path / "noise.wav"
-    rng = np.random.default_rng(4)
-    sf.write(src, 0.1 * rng.standard_normal(SR * 60).astype(np.float32), SR, subtype="FLOAT")
-    rec = tmp_path / "rec.wav"
-    master, slave = pty.openpty()
-    app = subprocess.Popen(
-        [sys.executable, "-m", "qsa.cli", "live", "--model", enhancer.model, "-i", "pulse",
-         "-o", "pulse", "--input-file", str(src), "--record", str(rec), "--atten-lim", "6"],
-        env=dict(pulse.env_for("speaker", "speaker.monitor"), TERM="xterm", COLUMNS="120"),
-        stdin=slave, stdout=slave, stderr=slave,
-    )  # fmt: skip
-    os.close(slave)
-    screen = b""
-
-    def read_for(seconds):
-        nonlocal screen
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            if select.select([master], [], [], 0.1)[0]:
-                try:
-                    screen += os.read(master, 65536)
-                except OSError:
-                    return
-
-    try:
-        deadline = time.monotonic() + 60
-        while b"at most 6 dB" not in screen and time.monotonic() < deadline:
-            read_for(0.2)
-        while not (rec.exists() and sf.info(rec).frames > SR) and time.monotonic() < deadline:
-            read_for(0.2)
-        os.write(master, b"\x1b[B\x1b[B")
-        while b"at most 0 dB" not in screen and time.monotonic() < deadline:
-            read_for(0.2)
-        before = sf.info(rec).frames
-        while sf.info(rec).frames < before + SR and time.monotonic() < deadline:
-            read_for(0.2)
-        os.write(master, b"q")
-        app.wait(timeout=30)
-        read_for(0.3)
-    finally:
-        app.kill()
-        os.close(master)
-    assert app.returncode == 0, screen[-2000:]
+    returncode, screen, rec = live_on_a_pty(
+        pulse, enhancer, tmp_path, seed=4, args=("--atten-lim", "6"), ready=b"at most 6 dB",
+        keys=b"\x1b[B\x1b[B", changed=b"at most 0 dB")
+    assert returncode == 0, screen[-2000:]
     assert b"at most 0 dB" in screen and b"BYPASS" not in screen
     y, _ = sf.read(rec, dtype="float32")
     inp, out = y[:, 0], y[:, 1]

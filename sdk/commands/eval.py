@@ -10,6 +10,8 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from .threads import thread_count
+
     p = sub.add_parser("eval", help="score a model (or the noisy input) on a data set: "
                        "intrusive metrics on paired sets, DNSMOS on noisy-only recordings")
     p.add_argument("model", help="qcgan-35k | qcgan-0.89m | a packed model file | a qsa train run "
@@ -29,7 +31,9 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.add_argument("--out", default=None, help="write the JSON results here")
     p.add_argument("--force", action="store_true")
-    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--threads", type=thread_count, default=1,
+                   help="torch threads (default 1, as `qsa enhance`: the fastest for these "
+                   "small models on a busy machine; 0: torch's default, a thread per core)")
     p.set_defaults(func=run)
 
 

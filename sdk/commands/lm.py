@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from .threads import positive_thread_count, thread_count
+
 MIXERS = ("transformer", "kuramoto", "circuits", "quaternion")
 
 
@@ -39,7 +41,8 @@ def _train_args(p: argparse.ArgumentParser) -> None:
                         "default 1 MiB, named in every record")
     p.add_argument("--set", dest="overrides", type=_override, action="append", default=[],
                    metavar="KEY=VALUE", help="override a model config field (e.g. dim=32)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
+    p.add_argument("--threads", type=thread_count, default=0,
+                   help="torch threads (0: torch default)")
 
 
 def register(subparsers) -> None:
@@ -93,7 +96,7 @@ def register(subparsers) -> None:
     r.add_argument("--pp", type=int, default=64, help="prompt tokens (row ppN)")
     r.add_argument("--tg", type=int, default=128, help="generated tokens (row tgN)")
     r.add_argument("--reps", type=int, default=5)
-    r.add_argument("--threads", type=int, default=1)
+    r.add_argument("--threads", type=positive_thread_count, default=1)
     r.add_argument("--set", dest="overrides", type=_override, action="append", default=[],
                    metavar="KEY=VALUE")
     r.add_argument("--out", default=None, help="folder for profile.json and profile.md")

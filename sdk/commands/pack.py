@@ -1,4 +1,5 @@
-"""`qsa pack` (write a packed int8/fp32 model file) and `qsa inspect` (verify one)."""
+"""`qsa pack` (write a packed int8/fp32 model file) and `qsa inspect` (verify a packed model
+file, or show a `qsa train` checkpoint's run config, progress and history)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ def register(sub) -> None:
                    "(for training or testing, not for enhancing)")
     p.set_defaults(func=run_pack)
 
-    q = sub.add_parser("inspect", help="verify a packed model file and print its metadata")
-    q.add_argument("file")
-    q.add_argument("--json", action="store_true")
+    q = sub.add_parser("inspect", help="verify a packed model file or a training checkpoint "
+                       "and print its metadata")
+    q.add_argument("file", help="a packed model file (.qsa), or a `qsa train` checkpoint "
+                   "(RUN/checkpoint.safetensors, or the RUN folder): its TrainConfig, state "
+                   "and validation history")
+    q.add_argument("--json", action="store_true", help="print the metadata as JSON")
     q.set_defaults(func=run_inspect)
 
 
@@ -56,6 +60,16 @@ def run_pack(args) -> int:
 def run_inspect(args) -> int:
     import json
 
+    from qsa.train.checkpoint import checkpoint_file
+
+    ckpt = checkpoint_file(args.file)  # from the header's format alone
+    if ckpt is not None:
+        summary = checkpoint_summary(ckpt)
+        if args.json:
+            print(json.dumps(summary, indent=2))
+        else:
+            print_checkpoint(summary)
+        return 0
     import torch
 
     from qsa.hub import check_packed
@@ -83,3 +97,117 @@ def run_inspect(args) -> int:
             print(f"{k:>18}: {v}")
         print("verified: header, metadata hash and payload sha256 all match")
     return 0
+
+
+def checkpoint_summary(path) -> dict:
+    """What a `qsa train` checkpoint holds, from its header, with no tensor loaded: the run's
+    TrainConfig, its state (epoch, steps, best validation epoch), the validation history and
+    each module's size. The metadata hash is checked and the payload's sha256 streamed
+    through (the bytes are hashed, never parsed into tensors), so a corrupted file is an
+    error here as it is for `--resume`."""
+    import hashlib
+    import json
+    import math
+    import struct
+
+    from qsa.errors import FormatError
+    from qsa.safefile import META_HASH_KEY, META_KEY
+
+    def bad(why: str) -> FormatError:
+        return FormatError(f"{path}: {why}; the checkpoint is corrupted (an earlier one of the "
+                           "run, or a new run with --force, is the way on)")
+
+    payload = hashlib.sha256()
+    with open(path, "rb") as f:
+        try:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+            md = header.pop("__metadata__")
+            text = md[META_KEY]
+            entries = {k: (e["dtype"], e["shape"], e["data_offsets"]) for k, e in header.items()}
+        except (struct.error, ValueError, KeyError, TypeError, AttributeError):
+            raise bad("header unreadable") from None
+        if hashlib.sha256(text.encode()).hexdigest() != md.get(META_HASH_KEY):
+            raise bad("metadata hash mismatch")
+        size = 0
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            payload.update(chunk)
+            size += len(chunk)
+    meta = json.loads(text)
+    described = max((off[1] for _, _, off in entries.values()), default=0)
+    if size != described:
+        raise bad(f"payload is {size} bytes, the header describes {described} (truncated?)")
+    if payload.hexdigest() != meta.get("payload_sha256"):
+        raise bad("payload sha256 mismatch")
+    extra = meta.get("extra") or {}
+    modules = {}
+    for name in meta.get("modules", []):
+        shapes = [shape for k, (_, shape, _) in entries.items()
+                  if k.startswith(f"module.{name}.")]
+        modules[name] = {"tensors": len(shapes), "values": sum(math.prod(s) for s in shapes)}
+    summary = {
+        "file": str(path),
+        "format": meta.get("format"),
+        "format_version": meta.get("format_version"),
+        "model": (extra.get("config") or {}).get("model"),
+        "modules": modules,
+        "optimizers": meta.get("optimizers", []),
+        "state": extra.get("state"),
+        "config": extra.get("config"),
+        "history": extra.get("history", []),
+        "payload_sha256": meta.get("payload_sha256"),
+    }
+    if "averaged_from" in extra:
+        summary["averaged_from"] = extra["averaged_from"]
+    return summary
+
+
+def _cell(v) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 100 else f"{v:.1f}"
+    if isinstance(v, list) and v and all(isinstance(x, int | float) for x in v):
+        return f"{min(v):+.1f}..{max(v):+.1f}"  # e.g. the per-band balance in dB
+    return str(v)
+
+
+def print_checkpoint(s: dict) -> None:
+    """The checkpoint summary as text: the facts, the run config, one history line an epoch."""
+    print(f"{'file':>12}: {s['file']}")
+    print(f"{'format':>12}: {s['format']} v{s['format_version']} (a `qsa train` checkpoint: "
+          "continue with `qsa train ... --resume`, or use the run as --model / --init)")
+    print(f"{'model':>12}: {s['model']}")
+    mods = ", ".join(f"{k} ({v['values']:,d} values in {v['tensors']} tensors)"
+                     for k, v in s["modules"].items())
+    print(f"{'modules':>12}: {mods}")
+    print(f"{'optimizers':>12}: {', '.join(s['optimizers']) or 'none (weights only)'}")
+    st = s["state"] or {}
+    if st:
+        print(f"{'state':>12}: epoch {st.get('epoch')}, step {st.get('step_in_epoch')} of the "
+              f"epoch, global step {st.get('global_step')}")
+        best = st.get("best_val")
+        if best:
+            scores = ", ".join(f"{k} {_cell(best[k])}" for k in ("val_pesq", "val_stoi", "score")
+                               if best.get(k) is not None)
+            print(f"{'best_val':>12}: epoch {best.get('epoch')} (global step "
+                  f"{best.get('global_step')}): {scores} (select {best.get('select', 'pesq')})")
+        else:
+            print(f"{'best_val':>12}: none yet (no validated epoch)")
+    if "averaged_from" in s:
+        print(f"{'averaged':>12}: {', '.join(s['averaged_from'])}")
+    if s["config"]:
+        print("config (TrainConfig):")
+        for k, v in s["config"].items():
+            print(f"  {k:>16}: {v}")
+    hist = s["history"]
+    print(f"history ({len(hist)} validated epoch{'s' if len(hist) != 1 else ''}):")
+    cols = list(dict.fromkeys(k for rec in hist for k in rec))
+    if cols:
+        rows = [[_cell(rec.get(c, "-")) for c in cols] for rec in hist]
+        width = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+        print("  " + "  ".join(c.rjust(w) for c, w in zip(cols, width, strict=True)))
+        for r in rows:
+            print("  " + "  ".join(v.rjust(w) for v, w in zip(r, width, strict=True)))
+    print(f"verified: header, metadata hash and payload sha256 all match (tensors not loaded; "
+          f"payload {s['payload_sha256'][:16]}...)")

@@ -45,6 +45,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..models.lm.block import RMSNorm, apply_rope, causal_mask, rope_angles
+from .train import grouped_adamw
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,10 +155,8 @@ def build_optimizer(model: OneLayerAttention, cfg: StudyConfig) -> torch.optim.A
     params = {"qk": list(model.qk.parameters()), "ov": list(model.ov.parameters()),
               "embed": [model.embed.weight],
               "gains": [model.norm_in.weight, model.norm_out.weight]}
-    groups = [{"params": ps, "name": g, "lr_mult": mult[g],
-               "weight_decay": 0.0 if g == "gains" else cfg.weight_decay / mult[g]}
-              for g, ps in params.items()]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
+    return grouped_adamw(params, mult, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                         betas=(0.9, 0.95), no_decay="gains")
 
 
 def copy_batch(rng: np.random.Generator, batch: int, prefix: int) -> np.ndarray:

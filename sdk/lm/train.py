@@ -145,12 +145,23 @@ def build_optimizer(model: CausalLM, cfg: TrainConfig) -> torch.optim.AdamW:
         else:
             buckets[circuits.get(id(p), "decay")].append(p)
     mult = {"qk": cfg.qk_lr_mult, "ov": cfg.ov_lr_mult, "decay": 1.0, "no_decay": 1.0}
+    return grouped_adamw(buckets, mult, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                         betas=(cfg.beta1, cfg.beta2), no_decay="no_decay")
+
+
+def grouped_adamw(buckets: dict[str, list], lr_mult: dict[str, float], *, lr: float,
+                  weight_decay: float, betas: tuple[float, float],
+                  no_decay: str) -> torch.optim.AdamW:
+    """AdamW with one group per non-empty bucket, named by its key and carrying its
+    ``lr_mult`` (the schedule multiplies the group's LR by it). A group's weight decay is
+    ``weight_decay / lr_mult``, so the decoupled decay per step (lr * weight_decay) is the same
+    in every group; the ``no_decay`` bucket has none. Shared with ``qsa.lm.circuits_study``."""
     groups = [
-        {"params": ps, "name": g, "lr_mult": mult[g],
-         "weight_decay": 0.0 if g == "no_decay" else cfg.weight_decay / mult[g]}
+        {"params": ps, "name": g, "lr_mult": lr_mult[g],
+         "weight_decay": 0.0 if g == no_decay else weight_decay / lr_mult[g]}
         for g, ps in buckets.items() if ps
     ]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+    return torch.optim.AdamW(groups, lr=lr, betas=betas)
 
 
 def get_batch(data: np.ndarray, step: int, rank: int, batch: int, ctx: int, seed: int):
