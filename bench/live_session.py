@@ -12,11 +12,15 @@ app's own ``--json-stats``. A benchmark, not a test: nothing is asserted.
 
 ``--virtual-mic``: the app writes into its virtual microphone (``qsa live --virtual-mic``)
 instead of the sink, and a second client (``parec``, as a call application would) records the
-virtual source for the whole session. First the start-up is timed: ``--startup-runs`` short
-runs after one unmeasured run (so the model's export cache and the OS file cache are warm),
-each from launching the command to the first enhanced sample arriving in the virtual source
-(wall time, and the CPU time the app had used by then: on a loaded host wall time stretches,
-CPU time much less).
+virtual source for the whole session. First the start-up is timed: one cold start (an empty
+export cache: a non-torch ``--runtime`` exports the model) and ``--startup-runs`` warm starts
+(the cache from the cold one), each from launching the command to the first enhanced sample
+arriving in the virtual source (wall time, and the CPU time the app had used by then: on a
+loaded host wall time stretches, CPU time much less), with the app's own account from its
+``--json-stats`` (``startup_s``: model ready, stream started, first output, CPU by then).
+``--startup-only`` stops there (no long session):
+
+    .venv/bin/python bench/live_session.py --virtual-mic --startup-only --runtime onnx
 """
 
 from __future__ import annotations
@@ -152,13 +156,15 @@ def _cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def startup_time(pa, cmd: list[str], rate: int, name: str = "qsa_mic") -> dict:
+def startup_time(pa, cmd: list[str], rate: int, name: str = "qsa_mic",
+                 env: dict | None = None) -> dict:
     """One start of ``cmd`` (a --virtual-mic session on a file with signal from its first
     sample): seconds from launch to the virtual source's appearance and to the first enhanced
     sample in it (a parec client, connected as soon as the source exists), and the app's CPU
-    seconds by then. The app is stopped with SIGINT once the signal has arrived."""
+    seconds by then. The app is stopped with SIGINT once the signal has arrived; its last
+    --json-stats line gives its own start-up account (``app``)."""
     t0 = time.monotonic()
-    app = subprocess.Popen(cmd, env=pa.env, stdout=subprocess.DEVNULL,
+    app = subprocess.Popen(cmd, env=env or pa.env, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)  # fmt: skip
     rec = None
     try:
@@ -178,13 +184,14 @@ def startup_time(pa, cmd: list[str], rate: int, name: str = "qsa_mic") -> dict:
                                f"{app.stderr.read()[-2000:]}")  # fmt: skip
         t_audio = rec.first_signal_t - t0
         app.send_signal(signal.SIGINT)
-        app.wait(timeout=60)
+        out, _ = app.communicate(timeout=60)
     finally:
         app.kill()
         if rec is not None:
             rec.stop()
+    lines = [json.loads(s) for s in out.splitlines() if s.startswith("{")]
     return {"source_s": round(t_source, 3), "enhanced_audio_s": round(t_audio, 3),
-            "app_cpu_s": cpu}  # fmt: skip
+            "app_cpu_s": cpu, "app": lines[-1].get("startup_s") if lines else None}  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -200,7 +207,9 @@ def main(argv=None) -> int:
     p.add_argument("--virtual-mic", action="store_true",
                    help="write into `qsa live --virtual-mic` and record it with parec")
     p.add_argument("--startup-runs", type=int, default=3,
-                   help="--virtual-mic: timed starts after one warm-up start (default: 3)")
+                   help="--virtual-mic: warm starts timed after the cold one (default: 3)")
+    p.add_argument("--startup-only", action="store_true",
+                   help="--virtual-mic: time the starts only, no long session")
     p.add_argument("--out", type=Path, help="write the result as JSON here")
     args = p.parse_args(argv)
 
@@ -226,12 +235,35 @@ def main(argv=None) -> int:
             short = Path(d) / "short.wav"
             sf.write(short, noisy_speech(5.0), SR, subtype="FLOAT")
             scmd = [str(short) if c == str(wav) else c for c in cmd]
-            runs = [startup_time(pa, scmd, args.samplerate) for _ in range(args.startup_runs + 1)]
-            startup = {"runs": runs[1:], "first_run_unmeasured": runs[0],
-                       "enhanced_audio_s_median": float(np.median(
-                           [r["enhanced_audio_s"] for r in runs[1:]]))}  # fmt: skip
+            # an empty export cache for the cold start; the warm ones (and the session) reuse it
+            env = dict(pa.env, XDG_CACHE_HOME=str(Path(d) / "cache"))
+            runs = [startup_time(pa, scmd, args.samplerate, env=env)
+                    for _ in range(args.startup_runs + 1)]  # fmt: skip
+
+            def median(key, sub=None):
+                v = [r[key] if sub is None else (r[key] or {}).get(sub) for r in runs[1:]]
+                v = [x for x in v if x is not None]
+                return float(np.median(v)) if v else None
+
+            startup = {"cold": runs[0], "warm": runs[1:],
+                       "warm_enhanced_audio_s_median": median("enhanced_audio_s"),
+                       "warm_app_cpu_s_median": median("app_cpu_s"),
+                       "warm_app_first_output_s_median": median("app", "first_output"),
+                       "warm_app_first_output_cpu_s_median": median("app", "first_output_cpu"),
+                       "load_average": os.getloadavg()}  # fmt: skip
+            if args.startup_only:
+                result = {"model": args.model, "runtime": args.runtime,
+                          "precision": args.precision, "samplerate": args.samplerate,
+                          "startup": startup, "host_reference": host}  # fmt: skip
+                print(json.dumps(result, indent=2))
+                if args.out:
+                    from qsa.fileio import atomic_write_text
+
+                    atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
+                return 0
         t0 = time.monotonic()
-        app = subprocess.Popen(cmd, env=pa.env_for("loop", "loop.monitor"),
+        app = subprocess.Popen(cmd, env=dict(pa.env_for("loop", "loop.monitor"),
+                                             XDG_CACHE_HOME=str(Path(d) / "cache")),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if args.virtual_mic:
             while not _source_exists(pa.env, "qsa_mic") and app.poll() is None:

@@ -14,9 +14,12 @@ GRAPH_PACKAGES = ("qsa.export", "qsa.layers", "qsa.models", "qsa.quantize", "qsa
 
 
 def graph_roots() -> list[Path]:
-    import importlib
+    """The folders of :data:`GRAPH_PACKAGES`, found without importing them (they import
+    torch; ``qsa live`` keys its export cache on this digest before it knows whether it
+    needs torch at all)."""
+    import importlib.util
 
-    return [Path(importlib.import_module(n).__file__).parent for n in GRAPH_PACKAGES]
+    return [Path(importlib.util.find_spec(n).origin).parent for n in GRAPH_PACKAGES]
 
 
 def source_digest(roots: list[Path]) -> str:

@@ -49,6 +49,19 @@ HIST_BINS = 10000
 XRUN_LOG = 16  # stream times of the latest xruns kept for the statistics
 
 
+def process_start_perf() -> float | None:
+    """The ``time.perf_counter()`` reading at which this process started (Linux: its start
+    time in /proc/self/stat against CLOCK_BOOTTIME, 10 ms resolution), or None elsewhere: the
+    start-up figures count from the command's launch, interpreter and imports included."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return time.perf_counter() - age
+
+
 def list_devices() -> str:
     import sounddevice as sd
 
@@ -277,6 +290,14 @@ class LiveSession:
         self.restarts = 0  # stream reopened after PortAudio stopped it (devices still there)
         self.max_restarts = 5
         self._worker: threading.Thread | None = None
+        # start-up: perf_counter at the process start, with the processor ready (the model
+        # loaded: the session is made after it), the stream started, and the first processed
+        # sample handed to the device (with the process's CPU seconds by then)
+        self._t_process = process_start_perf()
+        self._t_ready = time.perf_counter()
+        self._t_stream: float | None = None
+        self._t_first_out: float | None = None
+        self._cpu_first_out: float | None = None
         self._opened = False
         self._closed = False
         self.stream_stuck = False  # set by close() when the audio library did not return
@@ -629,6 +650,9 @@ class LiveSession:
         n = ring.read_into(outdata)
         started = self._played > self.prefill  # the signal has reached the device
         self._played += n
+        if not started and self._played > self.prefill:  # its first sample, in this block
+            self._t_first_out = self._cb_last  # this callback's perf_counter
+            self._cpu_first_out = time.process_time()  # once a session
         if n < frames:
             outdata[n:] = 0.0
             if started:
@@ -797,6 +821,7 @@ class LiveSession:
         self._worker.start()
         self.t_start = time.monotonic()
         self.stream.start()
+        self._t_stream = time.perf_counter()
 
     def check_alive(self, stall_s: float = 2.0) -> None:
         """Raise QsaError if the device vanished (stream died or callbacks stopped)."""
@@ -913,6 +938,21 @@ class LiveSession:
         k = int(np.searchsorted(np.cumsum(self._hop_hist), 0.99 * total))
         return round((k + 1) * HIST_BIN_S * 1000, 3)
 
+    def startup(self) -> dict:
+        """Seconds from the process start (None: not yet, or no /proc) until the processor
+        was ready (model loaded), the stream started, and the first processed sample went to
+        the device (``first_output``; ``first_output_cpu``: the process's CPU seconds by
+        then, the figure to compare on a loaded host, where wall time stretches)."""
+        t0 = self._t_process
+
+        def since(t):
+            return None if t is None or t0 is None else round(t - t0, 3)
+
+        cpu = self._cpu_first_out
+        return {"model_ready": since(self._t_ready), "stream_started": since(self._t_stream),
+                "first_output": since(self._t_first_out),
+                "first_output_cpu": None if cpu is None else round(cpu, 3)}  # fmt: skip
+
     def stats(self) -> dict:
         """The figures of the live view, JSON-ready."""
         n = min(self.hops_done, STAT_HOPS)
@@ -985,6 +1025,7 @@ class LiveSession:
             "xrun_worker_quiet_ms": self._xrun_log(self._xrun_worker_quiet, 1000, 1),
             "callback_gap_ms_max": round(self.cb_gap_max * 1000, 1),
             "restarts": self.restarts,
+            "startup_s": self.startup(),  # from the command's launch to enhanced audio
             "jitter_growth_ms": round(self.growth / self.sr_dev * 1000, 2),
             "priority": {"callback": self.callback_priority, "worker": self.worker_priority},
             "hops": self.hops_done,

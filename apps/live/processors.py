@@ -33,6 +33,7 @@ RUNTIMES = ("torch", "onnx", "executorch", "litert", "tflm")
 PRECISIONS = ("fp32", "int8")
 ARTIFACT_RUNTIME = {".onnx": "onnx", ".pte": "executorch", ".tflite": "litert"}
 PASSTHROUGH_NAME = "passthrough"
+REFERENCE_NAME = "reference-lowpass"
 
 
 class Processor:
@@ -277,9 +278,11 @@ def _cache_root() -> Path:
 
 
 def _model_key(model: str, module) -> str:
-    """Cache key of an export: the model's name plus a hash of what determines the artifact,
-    the weights and config (the module's state), the qsa version and the source of the code
-    that builds the graph. New shipped weights or exporter code never reuse an old artifact."""
+    """Cache key of an export from the built module: the model's name plus a hash of what
+    determines the artifact, the weights and config (the module's state), the qsa version and
+    the source of the code that builds the graph. For models that no single file determines
+    (a preset without shipped weights); the others use :func:`_file_key`, which needs no
+    torch."""
     import qsa
     from qsa.export.codedigest import graph_code_digest
 
@@ -290,20 +293,91 @@ def _model_key(model: str, module) -> str:
     for k, v in module.state_dict().items():
         h.update(k.encode())
         h.update(v.detach().cpu().contiguous().numpy().tobytes())
-    stem = Path(model).stem if Path(model).is_file() else model.replace("/", "_")
-    return f"{stem}-{h.hexdigest()[:12]}"
+    return f"{_stem(model)}-{h.hexdigest()[:12]}"
+
+
+def _stem(model: str) -> str:
+    return Path(model).stem if Path(model).is_file() else model.replace("/", "_")
+
+
+def _model_file(model: str) -> Path | None:
+    """The one file that determines ``model`` as ``qsa.load`` builds it (weights and config
+    both), found without loading it: a model file or a run folder's checkpoint, a shipped
+    model's packed weights, the reference model's source; None when no file does (an
+    untrained preset, a missing path: the module is built, and the error is ``qsa.load``'s)."""
+    if model == REFERENCE_NAME:
+        return Path(__file__).with_name("reference.py")  # the weights are computed in code
+    p = Path(model)
+    if p.is_dir():  # a `qsa train` run folder: qsa.load builds its checkpoint's generator
+        p = p / "checkpoint.safetensors"
+        return p if p.is_file() else None
+    if p.is_file():
+        return p
+    from qsa.hub import shipped_weights
+
+    return shipped_weights(model)
+
+
+def _loader_sources() -> list[Path]:
+    """Code that turns a model file into a module besides the graph packages (those are in
+    ``graph_code_digest``): qsa.load's dispatch, the safe file reader, configs, checkpoints."""
+    import qsa
+
+    root = Path(qsa.__file__).parent
+    return [root / "hub.py", root / "safefile.py", root / "config.py",
+            root / "train" / "checkpoint.py", Path(__file__)]  # fmt: skip
+
+
+def _file_key(model: str, source: Path, runtime: str, precision: str) -> str:
+    """Cache key of an export from the bytes of the file that determines the model (see
+    :func:`_model_file`), the qsa version, the source of the code that builds the graph and
+    loads the model, and the export options: computed without torch, so a warm cache starts
+    ``qsa live`` without it. Other weights (a retrained or new shipped file) are another
+    key, never an artifact of the old ones."""
+    import qsa
+    from qsa.export.codedigest import graph_code_digest
+
+    h = hashlib.sha256(b"qsa live export cache 2\0")
+    h.update(qsa.__version__.encode() + b"\0")
+    h.update(graph_code_digest().encode())
+    for f in _loader_sources():
+        h.update(f.name.encode() + b"\0")
+        h.update(f.read_bytes() if f.is_file() else b"")
+    h.update(f"\0{model}\0{runtime}\0{precision}\0".encode())
+    h.update(source.read_bytes())
+    return f"{_stem(model)}-{h.hexdigest()[:12]}"
 
 
 def _load_module(model: str):
     if model == PASSTHROUGH_NAME:
         return None
-    from .reference import REFERENCE_NAME, QuaternionLowpass
-
     if model == REFERENCE_NAME:
+        from .reference import QuaternionLowpass
+
         return QuaternionLowpass()
     import qsa
 
     return qsa.load(model, dequantize=False)
+
+
+CACHE_INFO = "live.json"  # next to a cached artifact: what the live app needs without torch
+
+
+def _cached(out_dir: Path) -> tuple[Path, int] | None:
+    """(artifact, algorithmic latency) of a complete cached export in ``out_dir``, else None.
+    ``live.json`` is written after the export succeeded, so its presence means complete."""
+    import json
+
+    try:
+        info = json.loads((out_dir / CACHE_INFO).read_text())
+        artifact, lat = out_dir / info["artifact"], info["algorithmic_latency_samples"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if artifact.parent != out_dir or not artifact.is_file():
+        return None
+    if not isinstance(lat, int) or isinstance(lat, bool) or lat <= 0:
+        return None
+    return artifact, lat
 
 
 def load_processor(
@@ -315,7 +389,11 @@ def load_processor(
     """A processor for ``model`` (a shipped name, a preset, a ``.qsa`` file, an exported
     artifact ``.onnx`` / ``.pte`` / ``.tflite``, ``reference-lowpass`` or ``passthrough``)
     on ``runtime`` at ``precision``. Non-torch runtimes export the model once into a cache
-    (``$XDG_CACHE_HOME/qsa/live``) with ``qsa.export.export_model`` and reuse it."""
+    (``$XDG_CACHE_HOME/qsa/live``) with ``qsa.export.export_model`` and reuse it. The cache
+    key hashes the model's file (:func:`_file_key`), so a cached export loads without
+    building the torch model, and an fp32 ONNX / LiteRT / TFLM one without importing torch
+    at all (int8 artifacts rebuild their host DSP from the model code, ExecuTorch loads
+    torch itself); torch loads when the cache misses."""
     if runtime not in RUNTIMES:
         raise ConfigError(f"--runtime {runtime!r}; expected one of {', '.join(RUNTIMES)}")
     if precision not in PRECISIONS:
@@ -329,24 +407,44 @@ def load_processor(
             raise ConfigError(f"{model} is a TFLite model: use --runtime litert or tflm")
         _check_artifact_file(Path(model), kind)
         return _runtime_processor(kind, Path(model), Path(model).name, _artifact_latency(model))
-    module = _load_module(model)
-    if module is None:
+    if model == PASSTHROUGH_NAME:
         return PassThrough()
     if runtime == "torch":
-        return TorchStepProcessor(module, precision=precision, name=model)
+        return TorchStepProcessor(_load_module(model), precision=precision, name=model)
+    name = f"{model} ({runtime} {precision})"
+    root = Path(cache_dir or _cache_root())
+    source = _model_file(model)
+    module = None
+    if source is not None:
+        out_dir = root / f"{_file_key(model, source, runtime, precision)}-{runtime}-{precision}"
+        hit = _cached(out_dir)
+        if hit is not None:  # a warm cache: no torch model
+            from qsa.export.errors import ExportError
+
+            try:
+                return _runtime_processor(runtime, hit[0], name, hit[1])
+            except ExportError:  # a damaged entry (check_artifact refused it): export again
+                (out_dir / CACHE_INFO).unlink(missing_ok=True)
+        module = _load_module(model)
+    else:
+        module = _load_module(model)
+        out_dir = root / f"{_model_key(model, module)}-{runtime}-{precision}"
     try:
         from qsa.export import export_model
+        from qsa.export.exporters import ARTIFACT_NAMES
     except ImportError as e:
         raise QsaError(f"--runtime {runtime} needs the qsa.export stack ({e})") from None
-    key = _model_key(model, module)
-    out_dir = Path(cache_dir or _cache_root()) / f"{key}-{runtime}-{precision}"
-    from qsa.export.exporters import ARTIFACT_NAMES
-
     artifact = out_dir / ARTIFACT_NAMES[runtime]
-    if not artifact.is_file():
-        export_model(module, runtime, precision, out_dir=out_dir, model_name=model, force=True)
     lat = TorchStepProcessor(module).algorithmic_latency_samples
-    return _runtime_processor(runtime, artifact, f"{model} ({runtime} {precision})", lat)
+    if _cached(out_dir) is None:
+        export_model(module, runtime, precision, out_dir=out_dir, model_name=model, force=True)
+        import json
+
+        from qsa.fileio import atomic_write_text
+
+        info = {"model": model, "artifact": artifact.name, "algorithmic_latency_samples": lat}
+        atomic_write_text(out_dir / CACHE_INFO, json.dumps(info) + "\n")  # last: complete
+    return _runtime_processor(runtime, artifact, name, lat)
 
 
 def _check_artifact_file(path: Path, kind: str) -> None:

@@ -18,7 +18,7 @@ from torch import nn
 
 from qsa.layers import QuaternionConv1d
 
-REFERENCE_NAME = "reference-lowpass"
+from .processors import REFERENCE_NAME  # noqa: F401  (the name `qsa live --model` takes)
 
 
 def lowpass_taps(num_taps: int = 63, cutoff_hz: float = 4000.0, sr: int = 16000) -> np.ndarray:

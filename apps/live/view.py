@@ -94,6 +94,14 @@ def render(stats: dict):
         f"{x['ring_underruns']}, device {x['device_input_overflows']}/"
         f"{x['device_output_underflows']})",
     )
+    st = stats.get("startup_s") or {}
+    if st.get("first_output") is not None:
+        t.add_row(
+            "start-up",
+            f"audio {st['first_output']:.2f} s after launch (CPU "
+            f"{_fmt(st['first_output_cpu'], ' s', 2)}), model ready at "
+            f"{_fmt(st['model_ready'], ' s', 2)}",
+        )
     if stats["recorded_s"] is not None:
         t.add_row("recorded", f"{stats['recorded_s']:.1f} s")
     return t
@@ -154,6 +162,14 @@ def _stop_on_signals():
                 signal.signal(s, h)
 
 
+def _json_line(stats: dict) -> None:
+    """One --json-stats line in one write: ``print`` writes the text and its newline apart,
+    and a Ctrl-C / SIGTERM between the two (the handler raises there) left the final line
+    glued to the cut one."""
+    sys.stdout.write(json.dumps(stats) + "\n")
+    sys.stdout.flush()
+
+
 def run_session(session: LiveSession, json_stats: bool = False, interval: float = 1.0) -> dict:
     """Start ``session`` and show it until done, 'q', Ctrl-C / SIGTERM or a device error
     (raised as QsaError after everything is saved). Returns the final statistics."""
@@ -171,7 +187,7 @@ def _run(session: LiveSession, json_stats: bool, interval: float, stopping: list
                 session.check_alive()
                 if time.monotonic() >= next_t:
                     next_t = time.monotonic() + interval
-                    print(json.dumps(session.stats()), flush=True)
+                    _json_line(session.stats())
         else:
             from rich.live import Live
 
@@ -197,5 +213,5 @@ def _run(session: LiveSession, json_stats: bool, interval: float, stopping: list
     final = session.stats()
     final["final"] = True
     if json_stats:
-        print(json.dumps(final), flush=True)
+        _json_line(final)
     return final
