@@ -25,7 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent  # the venv's bin: `qsa` as the README calls it
-MAX_LINES = 222  # issue 32: "at most ~200 lines"
+MAX_LINES = 211  # issue 32: "at most ~200 lines"
 
 # command (as it stands in the README, comments removed) -> why the suite does not run it
 EXCLUDED = {
