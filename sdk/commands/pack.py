@@ -100,51 +100,19 @@ def run_inspect(args) -> int:
 
 
 def checkpoint_summary(path) -> dict:
-    """What a `qsa train` checkpoint holds, from its header, with no tensor loaded: the run's
-    TrainConfig, its state (epoch, steps, best validation epoch), the validation history and
-    each module's size. The metadata hash is checked and the payload's sha256 streamed
-    through (the bytes are hashed, never parsed into tensors), so a corrupted file is an
-    error here as it is for `--resume`."""
-    import hashlib
-    import json
-    import math
-    import struct
+    """What a `qsa train` checkpoint holds: the run's TrainConfig, its state (epoch, steps,
+    best validation epoch), the validation history and each module's size, after the same
+    verification `--resume` does (``qsa.safefile.load``: header, metadata hash, payload
+    sha256), so a corrupted file is an error here too."""
+    from qsa import safefile
+    from qsa.train.checkpoint import FORMAT
 
-    from qsa.errors import FormatError
-    from qsa.safefile import META_HASH_KEY, META_KEY
-
-    def bad(why: str) -> FormatError:
-        return FormatError(f"{path}: {why}; the checkpoint is corrupted (an earlier one of the "
-                           "run, or a new run with --force, is the way on)")
-
-    payload = hashlib.sha256()
-    with open(path, "rb") as f:
-        try:
-            (n,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(n))
-            md = header.pop("__metadata__")
-            text = md[META_KEY]
-            entries = {k: (e["dtype"], e["shape"], e["data_offsets"]) for k, e in header.items()}
-        except (struct.error, ValueError, KeyError, TypeError, AttributeError):
-            raise bad("header unreadable") from None
-        if hashlib.sha256(text.encode()).hexdigest() != md.get(META_HASH_KEY):
-            raise bad("metadata hash mismatch")
-        size = 0
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            payload.update(chunk)
-            size += len(chunk)
-    meta = json.loads(text)
-    described = max((off[1] for _, _, off in entries.values()), default=0)
-    if size != described:
-        raise bad(f"payload is {size} bytes, the header describes {described} (truncated?)")
-    if payload.hexdigest() != meta.get("payload_sha256"):
-        raise bad("payload sha256 mismatch")
+    tensors, meta = safefile.load(path, kind=FORMAT)
     extra = meta.get("extra") or {}
     modules = {}
     for name in meta.get("modules", []):
-        shapes = [shape for k, (_, shape, _) in entries.items()
-                  if k.startswith(f"module.{name}.")]
-        modules[name] = {"tensors": len(shapes), "values": sum(math.prod(s) for s in shapes)}
+        own = [t for k, t in tensors.items() if k.startswith(f"module.{name}.")]
+        modules[name] = {"tensors": len(own), "values": sum(int(t.numel()) for t in own)}
     summary = {
         "file": str(path),
         "format": meta.get("format"),
