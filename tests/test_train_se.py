@@ -138,12 +138,42 @@ def test_init_copies_shipped_weights_and_refuses_other_models(tmp_path):
     ref = qsa.load("qcgan-35k", dequantize=True).state_dict()
     for k, v in gen.state_dict().items():
         assert torch.equal(v, ref[k]), k
-    with pytest.raises(ConfigError, match="differs from the preset"):
+    with pytest.raises(ConfigError, match="differs from the model's"):
         init_weights(build_model(preset_config("qcgan-0.89m-causal")), "qcgan-35k")
     bad = tmp_path / "not-a-model.qsa"
     bad.write_bytes(b"nonsense")
     with pytest.raises(Exception, match="not-a-model.qsa"):
         init_weights(gen, str(bad))
+
+
+def test_set_changes_the_config_and_init_keeps_the_weights():
+    """--set KEY=VALUE: the preset's config with typed changes; --init may load weights into
+    a config changed only in fields that keep every tensor's shape (a longer attention
+    window), and refuses a change that is not named or that reshapes the weights."""
+    import qsa
+    from qsa.config import config_with
+    from qsa.errors import ConfigError
+    from qsa.models.registry import build_model, preset_config
+    from qsa.train.se import TrainConfig, init_weights, model_config
+
+    base = preset_config("qcgan-35k")
+    cfg = model_config(TrainConfig(model="qcgan-35k", data="synth:x",
+                                   model_set=("window=64", "enc_channels=8,8,16")))
+    assert (cfg.window, cfg.enc_channels, cfg.n_fft) == (64, (8, 8, 16), base.n_fft)
+    assert config_with(base, ["window=none", "causal=false"]).window is None
+    for bad, said in ((["windows=3"], "no field 'windows'"), (["window=x"], "'x' is not"),
+                      (["window"], "KEY=VALUE"), (["n_fft=100"], "n_fft=100")):
+        with pytest.raises(ConfigError, match=said):
+            config_with(base, bad)
+    gen = build_model(config_with(base, ["window=64"]))
+    init_weights(gen, "qcgan-35k", changed=frozenset({"window"}))
+    ref = qsa.load("qcgan-35k", dequantize=True).state_dict()
+    assert all(torch.equal(v, ref[k]) for k, v in gen.state_dict().items())
+    with pytest.raises(ConfigError, match=r"in \['window'\]"):
+        init_weights(build_model(config_with(base, ["window=64"])), "qcgan-35k")
+    with pytest.raises(ConfigError, match="from scratch"):
+        init_weights(build_model(config_with(base, ["enc_channels=8,8,16"])), "qcgan-35k",
+                     changed=frozenset({"enc_channels"}))
 
 
 def test_differentiable_stoi_and_si_sdr_track_the_metrics(corpus):

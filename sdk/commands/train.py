@@ -66,6 +66,10 @@ def register(sub) -> None:
     p.add_argument("--select", default="pesq", choices=("pesq", "pesq+stoi"),
                    help="which validation epoch MODEL.best.qsa keeps: the best PESQ-WB, or "
                         "the best (PESQ-WB - 1) / 3.5 + STOI")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="model_set",
+                   help="change a field of the preset's config (repeatable), e.g. --set "
+                        "window=64 or --set enc_channels=8,8,16; saved with the weights. "
+                        "With --init only fields that keep every weight's shape")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
 
@@ -86,7 +90,11 @@ def run(args) -> int:
         pesq_weight=args.pesq_weight, select=args.select,
         balance_weight=args.balance_weight, max_balance_db=args.max_balance_db,
         band_limit=args.band_limit, clean_share=args.clean_share,
+        model_set=tuple(args.model_set),
     )
+    from qsa.train.se import model_config
+
+    model_config(cfg)  # a bad --set fails here, before any folder is made
     from pathlib import Path
 
     ck = Path(out) / "checkpoint.safetensors"

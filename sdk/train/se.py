@@ -76,6 +76,7 @@ class TrainConfig:
     band_limit: float = 0.0  # share of crops band-limited like a capture chain (CropDataset)
     clean_share: float = 0.0  # share of crops served without noise: clean in, clean target
     select: str = "pesq"  # which validation epoch MODEL.best.qsa keeps (SELECT_METRICS)
+    model_set: tuple[str, ...] = ()  # KEY=VALUE changes to the preset's config (qsa.config)
     version: int = 1
 
     def __post_init__(self):
@@ -488,13 +489,28 @@ def _val_pairs(pairs, n: int):
     return out
 
 
-def init_weights(gen: nn.Module, source: str, disc: nn.Module | None = None) -> str:
+def model_config(cfg: TrainConfig):
+    """The generator's config: the preset's, with ``cfg.model_set``'s changes."""
+    from qsa.config import config_with
+    from qsa.models.registry import preset_config
+
+    return config_with(preset_config(cfg.model), cfg.model_set)
+
+
+def _set_keys(assignments) -> frozenset[str]:
+    return frozenset(str(a).partition("=")[0].strip() for a in assignments)
+
+
+def init_weights(gen: nn.Module, source: str, disc: nn.Module | None = None,
+                 changed: frozenset[str] = frozenset()) -> str:
     """Start from ``source``: fine-tuning. A packed model file or a shipped model name gives
     the generator's weights; a training checkpoint (``RUN/checkpoint.safetensors`` or the
     ``RUN`` folder) gives the generator's *and* the discriminator's, so a new run (fresh
     optimisers, a new schedule) warm-starts without an untrained discriminator pulling the
-    generator off for its first epochs. The configs must agree exactly. Returns what was
-    loaded ("generator" or "generator+discriminator")."""
+    generator off for its first epochs. The configs must agree except in the fields named in
+    ``changed`` (``qsa train --set``: e.g. a longer attention window over the same weights),
+    and every tensor must keep its shape. Returns what was loaded ("generator" or
+    "generator+discriminator")."""
     from qsa.hub import load
 
     ckpt = checkpoint_file(source)
@@ -514,17 +530,27 @@ def init_weights(gen: nn.Module, source: str, disc: nn.Module | None = None) -> 
         raise ConfigError(f"--init {source}: cannot be loaded ({e}); pass a packed model "
                           "file (.qsa), a shipped model name or a run's checkpoint") from None
     a, b = getattr(src, "config", None), getattr(gen, "config", None)
-    if a != b:
-        raise ConfigError(f"--init {source}: its config {a} differs from the preset's {b}; "
-                          "pass weights of the same model")
-    gen.load_state_dict(src.state_dict())
+    differ = ({f.name for f in dataclasses.fields(a) if getattr(a, f.name) != getattr(b, f.name)}
+              if type(a) is type(b) and a is not None else None)
+    if differ is None or not differ <= changed:
+        raise ConfigError(f"--init {source}: its config {a} differs from the model's {b}"
+                          + (f" in {sorted(differ - changed)}" if differ else "")
+                          + "; pass weights of the same model (--set may change only fields "
+                          "that keep every weight's shape)")
+    theirs, ours = src.state_dict(), gen.state_dict()
+    bad = sorted(k for k in ours if k in theirs and theirs[k].shape != ours[k].shape)
+    if bad or set(theirs) != set(ours):
+        raise ConfigError(f"--init {source}: --set {sorted(changed)} changes the weights "
+                          f"({', '.join(bad[:3]) or 'other tensors'}); fine-tuning needs the "
+                          "same tensors: train that config from scratch (no --init)")
+    gen.load_state_dict(theirs)
     return "generator"
 
 
 def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = True):
     """Build data, models and losses from ``cfg``, train, write the packed model files."""
     from qsa.data.readers import CropDataset, parse_data_spec
-    from qsa.models.registry import build_model, preset_config
+    from qsa.models.registry import build_model
     from qsa.quantize import save_packed
 
     from ..models.discriminator import GeneratorLosses, LossConfig, MetricDiscriminator
@@ -542,10 +568,10 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
         val_set = parse_data_spec(cfg.data, split="test")
     dataset = CropDataset(train_pairs, cfg.segment_seconds, cfg.seed,
                           band_limit=cfg.band_limit, clean_share=cfg.clean_share)
-    gen = build_model(preset_config(cfg.model))
+    gen = build_model(model_config(cfg))
     disc = MetricDiscriminator()
     if cfg.init and not resume:
-        init_weights(gen, cfg.init, disc)
+        init_weights(gen, cfg.init, disc, changed=_set_keys(cfg.model_set))
     # same function, 3-4x faster to train on a CPU; the path is not part of the weights, so
     # the files written below load (and export) on the packed path as before
     set_quaternion_path(gen, "dense")
