@@ -7,8 +7,13 @@ app's own ``--json-stats``. A benchmark, not a test: nothing is asserted.
 
     .venv/bin/python bench/live_session.py                      # 10 minutes, qcgan-35k
     .venv/bin/python bench/live_session.py --minutes 1 --model reference-lowpass
-    .venv/bin/python bench/live_session.py --model qcgan-35k --runtime litert --precision int8
+    .venv/bin/python bench/live_session.py --model qcgan-35k --runtime torch --precision int8
     .venv/bin/python bench/live_session.py --virtual-mic --minutes 10
+
+``--runtime`` is the app's (default ``auto``, the app's default: LiteRT here). A non-torch
+runtime exports the model in the app's first start on an empty cache (a fresh temporary
+``XDG_CACHE_HOME``), inside the timed session; ``--cache-home DIR`` gives the app a cache that
+holds the export already (e.g. one an earlier ``--virtual-mic`` run filled).
 
 ``--virtual-mic``: the app writes into its virtual microphone (``qsa live --virtual-mic``)
 instead of the sink, and a second client (``parec``, as a call application would) records the
@@ -198,7 +203,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--model", default="qcgan-35k")
-    p.add_argument("--runtime", default="torch")
+    p.add_argument("--runtime", default="auto", help="the app's --runtime (default: auto)")
     p.add_argument("--precision", default="fp32")
     p.add_argument("--block-ms", type=float, default=10.0)
     p.add_argument("--latency", default="high", help="PortAudio latency (app default: high)")
@@ -210,6 +215,9 @@ def main(argv=None) -> int:
                    help="--virtual-mic: warm starts timed after the cold one (default: 3)")
     p.add_argument("--startup-only", action="store_true",
                    help="--virtual-mic: time the starts only, no long session")
+    p.add_argument("--cache-home", type=Path, metavar="DIR",
+                   help="the app's XDG_CACHE_HOME (its export cache: DIR/qsa/live); default: "
+                   "a fresh temporary one, so the first start exports (cold)")
     p.add_argument("--out", type=Path, help="write the result as JSON here")
     args = p.parse_args(argv)
 
@@ -221,6 +229,7 @@ def main(argv=None) -> int:
         wav = Path(d) / "noisy.wav"
         sf.write(wav, noisy_speech(args.minutes * 60), SR, subtype="FLOAT")
         route = ["--virtual-mic"] if args.virtual_mic else ["-i", "pulse", "-o", "pulse"]
+        cache_home = args.cache_home or Path(d) / "cache"
         cmd = [
             sys.executable, "-m", "qsa.cli", "live", "--model", args.model,
             "--runtime", args.runtime, "--precision", args.precision, *route,
@@ -236,7 +245,7 @@ def main(argv=None) -> int:
             sf.write(short, noisy_speech(5.0), SR, subtype="FLOAT")
             scmd = [str(short) if c == str(wav) else c for c in cmd]
             # an empty export cache for the cold start; the warm ones (and the session) reuse it
-            env = dict(pa.env, XDG_CACHE_HOME=str(Path(d) / "cache"))
+            env = dict(pa.env, XDG_CACHE_HOME=str(cache_home))
             runs = [startup_time(pa, scmd, args.samplerate, env=env)
                     for _ in range(args.startup_runs + 1)]  # fmt: skip
 
@@ -245,7 +254,8 @@ def main(argv=None) -> int:
                 v = [x for x in v if x is not None]
                 return float(np.median(v)) if v else None
 
-            startup = {"cold": runs[0], "warm": runs[1:],
+            startup = {"cold": runs[0], "cold_is_cold": args.cache_home is None,
+                       "warm": runs[1:],
                        "warm_enhanced_audio_s_median": median("enhanced_audio_s"),
                        "warm_app_cpu_s_median": median("app_cpu_s"),
                        "warm_app_first_output_s_median": median("app", "first_output"),
@@ -263,7 +273,7 @@ def main(argv=None) -> int:
                 return 0
         t0 = time.monotonic()
         app = subprocess.Popen(cmd, env=dict(pa.env_for("loop", "loop.monitor"),
-                                             XDG_CACHE_HOME=str(Path(d) / "cache")),
+                                             XDG_CACHE_HOME=str(cache_home)),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if args.virtual_mic:
             while not _source_exists(pa.env, "qsa_mic") and app.poll() is None:

@@ -25,12 +25,19 @@ artifact.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
-from torch import nn
 
 from .errors import ExportError
 from .runtimes import Runtime
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+# torch is imported where a step module is used (calibration, the torch DSP), not at import:
+# a runtime wrapping a saved split artifact with a numpy host DSP runs without it
 
 INT8_MASK_VALUE = -16.0  # attention's empty-cache mask in int8 graphs (exp(-16) ~ 1e-7)
 
@@ -39,10 +46,16 @@ def splittable(step: nn.Module) -> bool:
     return all(hasattr(step, a) for a in ("network", "analysis", "synthesis", "n_dsp_state"))
 
 
-@torch.no_grad()
 def stream_network_inputs(step: nn.Module, wave: torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
     """Stream ``step`` over ``wave`` (T,) through the split path; the network's inputs
     ``(x, *net_state)`` at every hop (for calibration)."""
+    import torch
+
+    with torch.no_grad():
+        return _stream_network_inputs(step, wave)
+
+
+def _stream_network_inputs(step, wave):
     hop, k = step.hop, step.n_dsp_state
     state = tuple(step.init_state(1))
     dsp, net_state = state[:k], state[k:]
@@ -84,6 +97,8 @@ class SplitRuntime(Runtime):
             net_out = [np.asarray(o, np.float32) for o in outs[: self.n_outputs]]
             y, dsp = self.host_dsp.synthesis(net_out, aux, dsp)
             return [y, *dsp, *outs[self.n_outputs :]]
+        import torch
+
         step = self.step_module
         with torch.no_grad():
             x, aux, dsp_t = step.analysis(

@@ -88,6 +88,9 @@ class Enhancer:
             self.model = REFERENCE_NAME
             self.proc = load_processor(REFERENCE_NAME)
             self.hf_noise = True  # the low-pass removes noise above 4 kHz
+        # the app runs what `offline` checks against: the eager torch step (`qsa live`'s
+        # default `auto` would export qcgan-35k to LiteRT)
+        self.live_args = ["--model", self.model, "--runtime", "torch"]
 
     def offline(self, x: np.ndarray) -> np.ndarray:
         y = self.proc.process_offline(x)
@@ -336,7 +339,7 @@ def _loop_run(pulse, enhancer, noisy, rec, rate, channels, latency):
     path, _, _ = noisy
     sink = "loop" if rate == SR else "loop48"  # no resampling inside the server
     r = qsa_live(
-        pulse.env_for(sink, f"{sink}.monitor"), "--model", enhancer.model, "-i", "pulse",
+        pulse.env_for(sink, f"{sink}.monitor"), *enhancer.live_args, "-i", "pulse",
         "-o", "pulse", "--samplerate", rate, "--channels", channels, "--block-ms", BLOCK_MS,
         "--latency", latency, "--input-file", path, "--record", rec, "--json-stats",
     )  # fmt: skip
@@ -409,14 +412,15 @@ def _loop_server_checks(noisy, lines, y, rate):
 def test_microphone_path(pulse, enhancer, noisy, tmp_path, tmp_path_factory, which):
     """No --input-file: a player puts noisy speech into the 'room' sink, the app listens to
     its monitor as the microphone and plays to 'speaker'. Run with the reference filter and
-    with the shipped qcgan-35k on eager torch (the `qsa live` default)."""
+    with the shipped qcgan-35k on eager torch (`--runtime torch`: the output is compared with
+    the torch enhancer's to 1e-5; the default `auto` runtime is LiteRT)."""
     if (enhancer.model == "qcgan-35k") != (which == "qcgan-35k"):  # not the module's one
         enhancer = Enhancer(which)
         noisy = make_noisy(tmp_path_factory, enhancer)
     path, x, _ = noisy
     rec = tmp_path / "mic.wav"
     app = subprocess.Popen(
-        [sys.executable, "-m", "qsa.cli", "live", "--model", enhancer.model, "-i", "pulse",
+        [sys.executable, "-m", "qsa.cli", "live", *enhancer.live_args, "-i", "pulse",
          "-o", "pulse", "--record", str(rec), "--json-stats", "--duration", "30",
          "--latency", "high"],
         env=pulse.env_for("speaker", "room.monitor"), stdout=subprocess.PIPE,
@@ -481,7 +485,7 @@ def test_stop_signal_leaves_a_valid_recording(pulse, enhancer, tmp_path, how):
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     app = subprocess.Popen(
-        [sys.executable, "-m", "qsa.cli", "live", "--model", enhancer.model, "-i", "pulse",
+        [sys.executable, "-m", "qsa.cli", "live", *enhancer.live_args, "-i", "pulse",
          "-o", "pulse", "--input-file", str(src), "--record", str(rec), "--json-stats"],
         # faulthandler: SIGABRT makes the app print every thread's stack (see below)
         env={**pulse.env_for("speaker", "speaker.monitor"), "PYTHONFAULTHANDLER": "1"},
@@ -529,7 +533,7 @@ def test_survives_injected_xruns(pulse, enhancer, tmp_path):
     sf.write(src, 0.1 * rng.standard_normal(SR * 8).astype(np.float32), SR, subtype="FLOAT")
     rec = tmp_path / "rec.wav"
     app = subprocess.Popen(
-        [sys.executable, "-m", "qsa.cli", "live", "--model", enhancer.model, "-i", "pulse",
+        [sys.executable, "-m", "qsa.cli", "live", *enhancer.live_args, "-i", "pulse",
          "-o", "pulse", "--input-file", str(src), "--record", str(rec), "--json-stats"],
         env=pulse.env_for("speaker", "speaker.monitor"), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
@@ -686,7 +690,7 @@ def live_on_a_pty(pulse, enhancer, tmp_path, *, seed: int, args: tuple, ready: b
     rec = tmp_path / "rec.wav"
     master, slave = pty.openpty()
     app = subprocess.Popen(
-        [sys.executable, "-m", "qsa.cli", "live", "--model", enhancer.model, "-i", "pulse",
+        [sys.executable, "-m", "qsa.cli", "live", *enhancer.live_args, "-i", "pulse",
          "-o", "pulse", "--input-file", str(src), "--record", str(rec), *args],
         env=dict(pulse.env_for("speaker", "speaker.monitor"), TERM="xterm", COLUMNS="120"),
         stdin=slave, stdout=slave, stderr=slave,
@@ -858,7 +862,7 @@ def test_48k_session_equals_16k_session_with_atten_lim(pulse, enhancer, noisy, t
     for rate, sink in ((16000, "loop"), (48000, "loop48")):
         rec = tmp_path / f"rec{rate}.wav"
         r = qsa_live(
-            pulse.env_for(sink, f"{sink}.monitor"), "--model", enhancer.model, "-i", "pulse",
+            pulse.env_for(sink, f"{sink}.monitor"), *enhancer.live_args, "-i", "pulse",
             "-o", "pulse", "--samplerate", rate, "--channels", 1, "--input-file", path,
             "--record", rec, "--json-stats", "--atten-lim", 12,
         )  # fmt: skip

@@ -2,9 +2,12 @@
 follows the model file.
 
 After the first run the live app's exported artifact comes from its cache, keyed on the
-model file's bytes (not on the built torch model), so the warm path loads no torch at all;
-the cold path exports (torch) and the next start reuses it. A different model file (new
-shipped weights, a retrained file) is another key, never the old artifact.
+model file's bytes (not on the built torch model), so the warm path loads no torch at all,
+fp32 and int8 (whose host DSP runs in numpy from numbers the entry records), and no `onnx`
+package (the entry records the sha256 of the bytes that passed the artifact check); the
+cold path exports (torch) and the next start reuses it. A different model file (new shipped
+weights, a retrained file) is another key, never the old artifact. `qsa live`'s default
+runtime is `auto`: LiteRT (else ONNX, else torch).
 """
 
 from __future__ import annotations
@@ -25,16 +28,15 @@ from qsa.apps.live.processors import _file_key, _model_file
 from qsa.hub import shipped_weights
 
 SR = 16000
-# what the warm path must not load (the onnx package is expected: the artifact check reads
-# the model with it before onnxruntime runs it)
-HEAVY = ("torch", "torchao", "executorch", "litert_torch", "tflite_micro")
+# what the warm path must not load (tflite_micro is the TFLM runtime itself: expected there)
+HEAVY = ("torch", "torchao", "executorch", "litert_torch", "onnx")
 
 # a fresh interpreter: load the processor, stream a signal, report what was imported
 LOAD_AND_STREAM = """
 import json, sys
 import numpy as np
 from qsa.apps.live import load_processor
-p = load_processor(sys.argv[1], sys.argv[2])
+p = load_processor(sys.argv[1], sys.argv[2], *sys.argv[3:])
 x = np.random.default_rng(0).standard_normal(16000).astype(np.float32) * 0.1
 y = p.process_offline(x)
 print(json.dumps({"modules": sorted({m.split(".")[0] for m in sys.modules}),
@@ -44,10 +46,10 @@ print(json.dumps({"modules": sorted({m.split(".")[0] for m in sys.modules}),
 """
 
 
-def load_in_subprocess(model: str, runtime: str, xdg) -> dict:
+def load_in_subprocess(model: str, runtime: str, xdg, precision: str = "fp32") -> dict:
     env = dict(os.environ, XDG_CACHE_HOME=str(xdg))
-    r = subprocess.run([sys.executable, "-c", LOAD_AND_STREAM, model, runtime],
-                       capture_output=True, text=True, timeout=900, env=env)  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", LOAD_AND_STREAM, model, runtime, precision],
+                       capture_output=True, text=True, timeout=1800, env=env)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     out["heavy"] = set(out["modules"]) & set(HEAVY)
@@ -64,10 +66,12 @@ def cold(tmp_path_factory):
 def test_warm_cache_loads_no_torch_and_streams_the_same(cold):
     xdg, first = cold
     assert "torch" in first["heavy"] and first["exporters"], first["heavy"]
+    assert "onnx" in first["modules"]  # the cold start checked the artifact with onnx
     entries = list((xdg / "qsa" / "live").iterdir())
     assert len(entries) == 1 and (entries[0] / "live.json").is_file(), entries
     warm = load_in_subprocess(REFERENCE_NAME, "onnx", xdg)
-    assert warm["heavy"] == set(), warm["heavy"]  # no torch, no exporters
+    assert warm["heavy"] == set(), warm["heavy"]  # no torch, no exporters, no onnx package
+    assert "onnxruntime" in warm["modules"]
     assert not warm["exporters"]
     assert list((xdg / "qsa" / "live").iterdir()) == entries  # nothing exported again
     assert warm["latency"] == first["latency"] == 128 + 31  # from the cache, as built
@@ -151,3 +155,184 @@ def test_virtual_mic_warm_start_imports_no_torch_and_reports_its_time(cold, tmp_
     st = final["startup_s"]
     assert 0 < st["model_ready"] <= st["stream_started"] <= st["first_output"], st
     assert st["first_output_cpu"] > 0, st
+
+
+def test_an_entry_from_before_the_checksum_is_completed_then_starts_without_onnx(cold, tmp_path):
+    """A live.json without the sha256 (written by an older qsa): the next start loads
+    through every check and records it; the one after skips the onnx check."""
+    xdg, first = cold
+    copy = tmp_path / "xdg"
+    shutil.copytree(xdg, copy)
+    (entry,) = (copy / "qsa" / "live").iterdir()
+    info = json.loads((entry / "live.json").read_text())
+    assert isinstance(info.pop("sha256"), str) and "host_dsp" not in info  # fp32: no DSP
+    (entry / "live.json").write_text(json.dumps(info))
+    p = load_processor(REFERENCE_NAME, "onnx", cache_dir=copy / "qsa" / "live")
+    x = np.random.default_rng(0).standard_normal(SR).astype(np.float32) * 0.1
+    np.testing.assert_array_equal(p.process_offline(x), first["y"])
+    from qsa.export.validate import sha256_file
+
+    assert json.loads((entry / "live.json").read_text())["sha256"] == sha256_file(
+        entry / "model.onnx"
+    )
+    warm = load_in_subprocess(REFERENCE_NAME, "onnx", copy)
+    assert warm["heavy"] == set() and not warm["exporters"], warm["heavy"]
+    np.testing.assert_array_equal(warm["y"], first["y"])
+
+
+def test_verified_onnx_refuses_bytes_other_than_the_checked_ones(cold, tmp_path):
+    """The warm ONNX path trusts only the exact bytes that passed the artifact check: one
+    byte changed (same size: no structural check would be needed to notice) is refused."""
+    from qsa.apps.live.warm import VerifiedOnnxRuntime
+    from qsa.export.errors import ExportError
+
+    xdg, _ = cold
+    (entry,) = (xdg / "qsa" / "live").iterdir()
+    sha = json.loads((entry / "live.json").read_text())["sha256"]
+    rt = VerifiedOnnxRuntime(entry / "model.onnx", sha)
+    assert rt.hop == 128 and rt.kind == "onnx"
+    bad = tmp_path / "model.onnx"
+    data = bytearray((entry / "model.onnx").read_bytes())
+    data[len(data) // 2] ^= 0x01
+    bad.write_bytes(bytes(data))
+    with pytest.raises(ExportError, match="sha256"):
+        VerifiedOnnxRuntime(bad, sha)
+
+
+# -- int8: the host DSP without torch ---------------------------------------------------------
+
+
+def _network_runtime(step):
+    """A stand-in for the exported network of ``step`` (its inputs' and outputs' shapes, a
+    bounded mask and residual computed from the features, a state that changes): cheap, so
+    the comparisons below stream many hops; only the host DSP differs between them. Its
+    ``hop`` is its input's last dim (F), as the real network runtimes report it."""
+    from qsa.export.runtimes import Runtime
+
+    net = step.network()
+    shapes = [tuple(s.shape) for s in net.init_state(1)]
+
+    class Network(Runtime):
+        kind = "numpy"
+
+        def __init__(self):
+            super().__init__(net.example_input(1).shape[-1], shapes)
+
+        def _run(self, inputs):
+            x, state = inputs[0], inputs[1:]  # x (1, 4, 1, F)
+            mask = 1.2 / (1.0 + np.exp(-x[:, 1] - 0.1 * x[:, 2]))  # (1, 1, F)
+            res = 0.05 * np.tanh(x[:, 2:4])  # (1, 2, 1, F)
+            new = [(0.9 * s + 0.01 * float(x.mean())).astype(np.float32) for s in state]
+            return [mask.astype(np.float32), res.astype(np.float32), *new]
+
+    return Network()
+
+
+@pytest.mark.parametrize("preset", ["qcgan-35k", "qcgan-0.89m-causal"])
+def test_numpy_host_dsp_from_its_spec_streams_bit_identically(preset):
+    """The spec the cache records (JSON round trip) rebuilds a host DSP that streams exactly
+    as the model's own (SplitRuntime with StepModule.host_dsp()) around the same network."""
+    import torch
+
+    from qsa.apps.live.warm import HostSplitRuntime, spec_of
+    from qsa.export.split import SplitRuntime
+    from qsa.models.registry import build_model, preset_config
+
+    torch.manual_seed(0)
+    step = build_model(preset_config(preset)).eval().step_module()
+    theirs = SplitRuntime(_network_runtime(step), step)
+    spec = json.loads(json.dumps(spec_of(theirs)))
+    assert spec["n_fft"] == step.model.config.n_fft and spec["hop"] == step.hop
+    ours = HostSplitRuntime(_network_runtime(step), spec)
+    assert ours.state_shapes == theirs.state_shapes and ours.hop == theirs.hop
+    rng = np.random.default_rng(0)
+    x = (0.1 * rng.standard_normal(SR)).astype(np.float32)
+    x[4000:6000] = 0.0  # digital silence: the eps floor
+    y = ours.run_utterance(x)
+    np.testing.assert_array_equal(y, theirs.run_utterance(x))
+    assert np.abs(y).max() > 1e-3
+
+
+def test_spec_of_refuses_a_dsp_it_does_not_reproduce():
+    """Another DSP (here: the model's with a different compression exponent than the one it
+    reports) is not recorded: that entry keeps loading through torch."""
+    import torch
+
+    from qsa.apps.live.warm import spec_of
+    from qsa.export.split import SplitRuntime
+    from qsa.models.registry import build_model, preset_config
+
+    torch.manual_seed(0)
+    step = build_model(preset_config("qcgan-35k")).eval().step_module()
+    rt = SplitRuntime(_network_runtime(step), step)
+    assert spec_of(rt) is not None
+    assert spec_of(_network_runtime(step)) is None  # no host DSP at all
+
+    class Other(type(rt.host_dsp)):
+        pass
+
+    other = Other.from_model(step.model)
+    other.window = other.window * np.float32(0.5)
+    rt.host_dsp = other
+    assert spec_of(rt) is None  # another class name: not the DSP this one reproduces
+    rt.host_dsp = step.host_dsp()
+    rt.host_dsp.c = rt.host_dsp.c + 1e-3  # reproducible: the spec records the number
+    assert spec_of(rt)["compress"] == pytest.approx(step.model.config.compress + 1e-3)
+
+
+INT8_RUNS = [("auto", "litert"), ("tflm", "tflm")]  # --runtime, what it runs
+
+
+@pytest.fixture(scope="module")
+def int8_cache(tmp_path_factory):
+    """qcgan-35k int8 exported for LiteRT (through --runtime auto) and TFLM, in this process:
+    the cache and what each cold processor streams."""
+    xdg = tmp_path_factory.mktemp("xdg8")
+    x = np.random.default_rng(0).standard_normal(SR).astype(np.float32) * 0.1
+    out = {}
+    for runtime, kind in INT8_RUNS:
+        p = load_processor("qcgan-35k", runtime, "int8", cache_dir=xdg / "qsa" / "live")
+        assert p.name == f"qcgan-35k ({kind} int8)"
+        out[runtime] = p.process_offline(x)
+    return xdg, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime,kind", INT8_RUNS)
+def test_int8_warm_start_imports_no_torch(int8_cache, runtime, kind):
+    """`--precision int8` on a warm cache: the network artifact plus the numpy host DSP the
+    entry records, no torch, and the same output as the cold start (torch's host DSP)."""
+    xdg, cold_y = int8_cache
+    entries = [e for e in (xdg / "qsa" / "live").iterdir() if e.name.endswith(f"{kind}-int8")]
+    assert len(entries) == 1
+    info = json.loads((entries[0] / "live.json").read_text())
+    assert info["host_dsp"]["n_fft"] == 256 and info["host_dsp"]["hop"] == 128
+    warm = load_in_subprocess("qcgan-35k", runtime, xdg, "int8")
+    assert warm["heavy"] == set(), warm["heavy"]
+    assert not warm["exporters"] and "qsa" in warm["modules"]
+    assert warm["name"] == f"qcgan-35k ({kind} int8)" and warm["latency"] == 256
+    np.testing.assert_array_equal(warm["y"], cold_y[runtime])
+    assert len(list((xdg / "qsa" / "live").iterdir())) == 2  # nothing exported again
+
+
+# -- the default runtime ----------------------------------------------------------------------
+
+
+def test_auto_prefers_litert_then_onnx_then_torch(monkeypatch):
+    from qsa.apps.live import processors
+
+    assert processors.auto_runtimes("qcgan-35k") == ["litert", "onnx", "torch"]
+    assert processors.auto_runtimes(REFERENCE_NAME) == ["torch"]  # the closed-form check
+    monkeypatch.setitem(processors._RUNTIME_LIBRARY, "litert", "no_such_module_qsa")
+    assert processors.auto_runtimes("qcgan-35k") == ["onnx", "torch"]
+    monkeypatch.setitem(processors._RUNTIME_LIBRARY, "onnx", "no_such_module_qsa")
+    assert processors.auto_runtimes("qcgan-35k") == ["torch"]
+    p = load_processor(REFERENCE_NAME, "auto")  # torch: no export, no cache
+    assert p.name == REFERENCE_NAME and type(p).__name__ == "TorchStepProcessor"
+
+
+def test_live_defaults_to_auto():
+    r = subprocess.run([sys.executable, "-m", "qsa.cli", "live", "--help"], capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "{auto," in r.stdout and "auto (default)" in " ".join(r.stdout.split())

@@ -30,6 +30,7 @@ from qsa.errors import ConfigError, QsaError
 
 MODEL_SR = 16000
 RUNTIMES = ("torch", "onnx", "executorch", "litert", "tflm")
+RUNTIME_CHOICES = ("auto", *RUNTIMES)  # auto: see auto_runtimes
 PRECISIONS = ("fp32", "int8")
 ARTIFACT_RUNTIME = {".onnx": "onnx", ".pte": "executorch", ".tflite": "litert"}
 PASSTHROUGH_NAME = "passthrough"
@@ -363,9 +364,10 @@ def _load_module(model: str):
 CACHE_INFO = "live.json"  # next to a cached artifact: what the live app needs without torch
 
 
-def _cached(out_dir: Path) -> tuple[Path, int] | None:
-    """(artifact, algorithmic latency) of a complete cached export in ``out_dir``, else None.
-    ``live.json`` is written after the export succeeded, so its presence means complete."""
+def _cached(out_dir: Path) -> tuple[Path, int, dict] | None:
+    """(artifact, algorithmic latency, live.json) of a complete cached export in ``out_dir``,
+    else None. ``live.json`` is written after the export succeeded, so its presence means
+    complete."""
     import json
 
     try:
@@ -377,7 +379,70 @@ def _cached(out_dir: Path) -> tuple[Path, int] | None:
         return None
     if not isinstance(lat, int) or isinstance(lat, bool) or lat <= 0:
         return None
-    return artifact, lat
+    return artifact, lat, info
+
+
+def _write_info(out_dir: Path, info: dict) -> None:
+    import json
+
+    from qsa.fileio import atomic_write_text
+
+    atomic_write_text(out_dir / CACHE_INFO, json.dumps(info) + "\n")
+
+
+def _completed_info(info: dict, artifact: Path, rt) -> dict:
+    """``info`` with what a torch-free warm start needs from a runtime that loaded through
+    the full path (``load_runtime``: every check, the torch host DSP): the sha256 of the
+    artifact's checked bytes (a warm start compares it instead of re-running the structural
+    check) and the numbers of its host DSP (``warm.spec_of``; None: not a split artifact,
+    or a DSP the numpy one does not reproduce)."""
+    from qsa.export.validate import sha256_file
+
+    from .warm import spec_of
+
+    out = dict(info, sha256=sha256_file(artifact))
+    spec = spec_of(rt)
+    if spec is not None:
+        out["host_dsp"] = spec
+    return out
+
+
+def _is_split(artifact: Path) -> bool:
+    """The exporter's report.json next to ``artifact`` marks a DSP / network split."""
+    import json
+
+    try:
+        r = json.loads(artifact.with_name("report.json").read_text())
+        return bool(r.get("io", {}).get("split"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _load_cached(kind: str, artifact: Path, info: dict):
+    """The runtime of a complete cache entry without torch, or None when this entry needs
+    the full path (a split artifact whose live.json has no host DSP spec: an entry written
+    before the spec existed). The artifact's bytes must match the sha256 recorded when they
+    passed the full check (else ExportError: the caller exports again); ONNX then skips its
+    structural check (``onnx.checker``: 0.8 s of CPU, mostly importing ``onnx``), the
+    TFLite kinds still run theirs (pure Python, ~0.1 s of CPU for qcgan-35k)."""
+    from qsa.export.runtimes import load_runtime
+
+    sha = info.get("sha256")
+    spec = info.get("host_dsp")
+    split = _is_split(artifact)
+    if not isinstance(sha, str) or (split and not isinstance(spec, dict)):
+        return None
+    if kind == "onnx":
+        from .warm import VerifiedOnnxRuntime
+
+        net = VerifiedOnnxRuntime(artifact, sha)
+    else:
+        net = load_runtime(kind, artifact, host_dsp=False, expected_sha256=sha)
+    if not split:
+        return net
+    from .warm import HostSplitRuntime
+
+    return HostSplitRuntime(net, spec)
 
 
 def load_processor(
@@ -388,29 +453,83 @@ def load_processor(
 ) -> Processor:
     """A processor for ``model`` (a shipped name, a preset, a ``.qsa`` file, an exported
     artifact ``.onnx`` / ``.pte`` / ``.tflite``, ``reference-lowpass`` or ``passthrough``)
-    on ``runtime`` at ``precision``. Non-torch runtimes export the model once into a cache
+    on ``runtime`` at ``precision``; ``runtime="auto"`` (``qsa live``'s default) picks one,
+    see :func:`auto_runtimes`. Non-torch runtimes export the model once into a cache
     (``$XDG_CACHE_HOME/qsa/live``) with ``qsa.export.export_model`` and reuse it. The cache
     key hashes the model's file (:func:`_file_key`), so a cached export loads without
-    building the torch model, and an fp32 ONNX / LiteRT / TFLM one without importing torch
-    at all (int8 artifacts rebuild their host DSP from the model code, ExecuTorch loads
-    torch itself); torch loads when the cache misses."""
-    if runtime not in RUNTIMES:
-        raise ConfigError(f"--runtime {runtime!r}; expected one of {', '.join(RUNTIMES)}")
+    building the torch model, and an ONNX / LiteRT / TFLM one (fp32 or int8: the int8 host
+    DSP runs in numpy from numbers the entry records, see ``qsa.apps.live.warm``) without
+    importing torch at all (ExecuTorch loads torch itself); torch loads when the cache
+    misses."""
+    if runtime not in RUNTIME_CHOICES:
+        raise ConfigError(f"--runtime {runtime!r}; expected one of {', '.join(RUNTIME_CHOICES)}")
     if precision not in PRECISIONS:
         raise ConfigError(f"--precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
     suffix = Path(model).suffix.lower()
     if suffix in ARTIFACT_RUNTIME:
         if not Path(model).is_file():
             raise ConfigError(f"--model {model}: no such file")
-        kind = runtime if runtime != "torch" else ARTIFACT_RUNTIME[suffix]
+        kind = runtime if runtime not in ("torch", "auto") else ARTIFACT_RUNTIME[suffix]
         if suffix == ".tflite" and kind not in ("litert", "tflm"):
             raise ConfigError(f"{model} is a TFLite model: use --runtime litert or tflm")
         _check_artifact_file(Path(model), kind)
         return _runtime_processor(kind, Path(model), Path(model).name, _artifact_latency(model))
     if model == PASSTHROUGH_NAME:
         return PassThrough()
+    if runtime == "auto":
+        return _load_auto(model, precision, cache_dir)
     if runtime == "torch":
         return TorchStepProcessor(_load_module(model), precision=precision, name=model)
+    return _load_exported(model, runtime, precision, cache_dir)
+
+
+AUTO_ORDER = ("litert", "onnx")  # then torch
+_RUNTIME_LIBRARY = {"litert": "ai_edge_litert.interpreter", "onnx": "onnxruntime"}
+
+
+def auto_runtimes(model: str) -> list[str]:
+    """The runtimes ``--runtime auto`` tries for ``model``, in order: LiteRT when
+    ``ai_edge_litert`` imports, else ONNX when ``onnxruntime`` does, then torch. The
+    exported runtimes run a hop in a fraction of eager torch's time and, from the second
+    start on (the export is cached), start without importing torch (docs/live.md). The
+    reference low-pass stays on torch: it is the closed-form check of the audio path, which
+    tests compare sample by sample with its torch form."""
+    if model == REFERENCE_NAME:
+        return ["torch"]
+    import importlib
+
+    out = []
+    for kind in AUTO_ORDER:
+        try:
+            importlib.import_module(_RUNTIME_LIBRARY[kind])
+        except ImportError:
+            continue
+        out.append(kind)
+    return [*out, "torch"]
+
+
+def _load_auto(model: str, precision: str, cache_dir) -> Processor:
+    """The first of :func:`auto_runtimes` that loads; an export or runtime failure
+    (ExportError) moves on to the next, with a line on stderr saying why."""
+    import sys
+
+    from qsa.export.errors import ExportError
+
+    kinds = auto_runtimes(model)
+    for kind in kinds[:-1]:
+        try:
+            return _load_exported(model, kind, precision, cache_dir)
+        except (ExportError, ImportError) as e:
+            print(f"qsa live: --runtime auto: {kind} failed ({e}); trying "
+                  f"{kinds[kinds.index(kind) + 1]}", file=sys.stderr)  # fmt: skip
+    return TorchStepProcessor(_load_module(model), precision=precision, name=model)
+
+
+def _load_exported(model: str, runtime: str, precision: str, cache_dir) -> Processor:
+    """``model`` exported to ``runtime`` (onnx / executorch / litert / tflm): from the cache,
+    exported into it on a miss."""
+    from qsa.export.errors import ExportError
+
     name = f"{model} ({runtime} {precision})"
     root = Path(cache_dir or _cache_root())
     source = _model_file(model)
@@ -419,11 +538,9 @@ def load_processor(
         out_dir = root / f"{_file_key(model, source, runtime, precision)}-{runtime}-{precision}"
         hit = _cached(out_dir)
         if hit is not None:  # a warm cache: no torch model
-            from qsa.export.errors import ExportError
-
             try:
-                return _runtime_processor(runtime, hit[0], name, hit[1])
-            except ExportError:  # a damaged entry (check_artifact refused it): export again
+                return _entry_processor(runtime, out_dir, hit, name)
+            except ExportError:  # a damaged entry (its checks refused it): export again
                 (out_dir / CACHE_INFO).unlink(missing_ok=True)
         module = _load_module(model)
     else:
@@ -433,18 +550,38 @@ def load_processor(
         from qsa.export import export_model
         from qsa.export.exporters import ARTIFACT_NAMES
     except ImportError as e:
-        raise QsaError(f"--runtime {runtime} needs the qsa.export stack ({e})") from None
+        raise ExportError(f"--runtime {runtime} needs the qsa.export stack ({e})") from None
+    hit = _cached(out_dir)
+    if hit is not None:  # exported meanwhile (another start), or a preset's entry
+        try:
+            return _entry_processor(runtime, out_dir, hit, name)
+        except ExportError:
+            (out_dir / CACHE_INFO).unlink(missing_ok=True)
+    import sys
+
     artifact = out_dir / ARTIFACT_NAMES[runtime]
     lat = TorchStepProcessor(module).algorithmic_latency_samples
-    if _cached(out_dir) is None:
-        export_model(module, runtime, precision, out_dir=out_dir, model_name=model, force=True)
-        import json
+    print(f"qsa live: exporting {model} to {runtime} {precision} (once: later starts load it "
+          f"from {root})", file=sys.stderr)  # fmt: skip
+    export_model(module, runtime, precision, out_dir=out_dir, model_name=model, force=True)
+    rt = _load_runtime(runtime, artifact)
+    info = {"model": model, "artifact": artifact.name, "algorithmic_latency_samples": lat}
+    _write_info(out_dir, _completed_info(info, artifact, rt))  # last: the entry is complete
+    return RuntimeProcessor(rt, name=name, algorithmic_latency_samples=lat)
 
-        from qsa.fileio import atomic_write_text
 
-        info = {"model": model, "artifact": artifact.name, "algorithmic_latency_samples": lat}
-        atomic_write_text(out_dir / CACHE_INFO, json.dumps(info) + "\n")  # last: complete
-    return _runtime_processor(runtime, artifact, name, lat)
+def _entry_processor(runtime: str, out_dir: Path, hit, name: str) -> Processor:
+    """A complete cache entry's processor: torch-free (``_load_cached``), or, for an entry
+    written before its live.json recorded the sha256 and host DSP, through the full path,
+    after which they are recorded (the next start is torch-free)."""
+    artifact, lat, info = hit
+    rt = _load_cached(runtime, artifact, info)
+    if rt is None:
+        rt = _load_runtime(runtime, artifact)
+        done = _completed_info(info, artifact, rt)
+        if done != info:  # (a split whose DSP has no numpy twin: stays on this path)
+            _write_info(out_dir, done)
+    return RuntimeProcessor(rt, name=name, algorithmic_latency_samples=lat)
 
 
 def _check_artifact_file(path: Path, kind: str) -> None:
@@ -482,13 +619,19 @@ def _artifact_latency(artifact: str) -> int | None:
     return None
 
 
-def _runtime_processor(kind: str, artifact: Path, name: str, latency: int | None = None):
+def _load_runtime(kind: str, artifact: Path):
+    """``load_runtime`` with every check (and the torch host DSP of a split artifact)."""
+    from qsa.export.errors import ExportError
     from qsa.export.runtimes import load_runtime
 
     try:
-        rt = load_runtime(kind, artifact)
+        return load_runtime(kind, artifact)
     except QsaError:
         raise
     except Exception as e:  # runtime libraries raise their own types
-        raise QsaError(f"could not load {artifact} on {kind}: {e}") from None
+        raise ExportError(f"could not load {artifact} on {kind}: {e}") from None
+
+
+def _runtime_processor(kind: str, artifact: Path, name: str, latency: int | None = None):
+    rt = _load_runtime(kind, artifact)
     return RuntimeProcessor(rt, name=name, algorithmic_latency_samples=latency)

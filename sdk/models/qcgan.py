@@ -67,11 +67,11 @@ from __future__ import annotations
 import dataclasses
 from typing import NamedTuple
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..audio.host_dsp import HostDSP
 from ..audio.stft import Stft
 from ..config import ModelConfig
 from ..errors import ConfigError
@@ -620,52 +620,7 @@ class StepModule(nn.Module):
     def host_dsp(self) -> HostDSP:
         """The same analysis / synthesis in numpy (what a host runs per hop around an
         exported network: ~40 us instead of ~1 ms of eager torch ops)."""
-        return HostDSP(self.model)
-
-
-class HostDSP:
-    """``StepModule.analysis`` / ``synthesis`` in numpy float32 on arrays, batch 1: a real FFT
-    (pocketfft) in place of the exportable DFT-basis matmuls, the same window, compression and
-    overlap-add; equal to the torch DSP within float32 rounding (tests/test_split_dsp.py).
-
-    analysis(frame (1, hop), in_buf (1, N - hop)) -> x (1, 4, 1, F), aux, (in_buf', ola)
-    synthesis((mask (1, 1, F), res (1, 2, 1, F)), aux, (in_buf, ola)) -> out (1, hop), state
-    """
-
-    def __init__(self, model: QCGAN):
-        st = model.stft
-        self.n_fft, self.hop = st.n_fft, st.hop
-        self.window = st.window.detach().numpy().astype(np.float32)
-        self.synthesis_window = st.synthesis_window.detach().numpy().astype(np.float32)
-        self.c = float(model.config.compress)
-        self.n_freq = self.n_fft // 2 + 1
-        self._x = np.zeros((1, 4, 1, self.n_freq), np.float32)  # channel 0 stays 0
-
-    def analysis(self, frame: np.ndarray, in_buf: np.ndarray, ola: np.ndarray):
-        buf = np.concatenate([in_buf, frame], axis=-1)  # (1, N)
-        z = np.fft.rfft(buf[0] * self.window)  # (F,) complex
-        re, im = z.real.astype(np.float32), z.imag.astype(np.float32)
-        mag = np.sqrt(re * re + im * im + np.float32(_EPS))
-        mag_c = np.exp(np.float32(self.c) * np.log(mag))
-        cos, sin = re / mag, im / mag
-        x = self._x.copy()
-        x[0, 1, 0] = mag_c
-        x[0, 2, 0] = mag_c * cos
-        x[0, 3, 0] = mag_c * sin
-        return x, (mag_c, cos, sin), (np.ascontiguousarray(buf[:, self.hop :]), ola)
-
-    def synthesis(self, net_out, aux, dsp_state):
-        mask, res = net_out[0].reshape(-1), net_out[1].reshape(2, -1)
-        mag_c, cos, sin = aux
-        m = mask * mag_c
-        re_c, im_c = m * cos + res[0], m * sin + res[1]
-        mag = np.sqrt(re_c * re_c + im_c * im_c + np.float32(_EPS))
-        scale = np.exp(np.float32(1.0 / self.c - 1.0) * np.log(mag))
-        frame = np.fft.irfft((re_c * scale) + 1j * (im_c * scale), n=self.n_fft)
-        acc = (frame * self.synthesis_window).astype(np.float32)
-        in_buf, ola = dsp_state
-        acc[: self.n_fft - self.hop] += ola[0]
-        return acc[None, : self.hop].copy(), (in_buf, acc[None, self.hop :].copy())
+        return HostDSP.from_model(self.model)
 
 
 def count_parameters(model: nn.Module) -> int:
