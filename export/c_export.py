@@ -27,18 +27,19 @@ QEMU's mps2-an386 / mps2-an500, semihosting file I/O, SysTick under ``-icount sh
 ``verify_c`` and ``export_c`` (the ``--target c`` entry point), ``CRuntime`` (runtime kind
 ``c``).
 
-Measured for qcgan-35k (12-06; host gcc -O2, arm-none-eabi-gcc 12.2 -O2 hard float, QEMU 7.2):
+Measured for qcgan-35k (12-07; host gcc -O2, arm-none-eabi-gcc 12.2 -O2 hard float, QEMU 7.2):
 network int8 identical to TFLite-Micro on all 125 steps of the verification utterance (6,498
-values each) and on every intermediate tensor; PCM SQNR vs torch 31.04 dB (TFLite-Micro 31.05
-dB), vs TFLite-Micro 74.3 dB; Cortex-M4 / M7 output equal to the host build. Cortex-M4
-(mps2-an386): flash 64,572 B (all code, no libm), RAM 42,696 B (35,576 static + 7,120 stack),
-1.92 M instructions per 8 ms hop (M7: 1.92 M; 2.72 M before the lean kernels, 4.83 M with the
-reference kernels only): the faster kernels of qsa.export.c_kernels where the constants prove
-them exact. That is still ~2.9x a 50 % load of a 168 MHz M4 (672,000 per hop): the graph
-requantises ~90K values per hop (30 quaternion-expansion BATCH_MATMULs write 31.5K of them)
-and runs 263K real MACs, each value rounded exactly as TFLite-Micro rounds it; per op (M4):
-FULLY_CONNECTED 437K, CONV_2D 294K, ADD 283K, BATCH_MATMUL 274K, TRANSPOSE 136K (with the STFT
-analysis, ~60K), MUL 109K, DEPTHWISE 77K, SUB 62K, PRELU 60K, MEAN 48K, the float DSP ~120K.
+values each) and on every intermediate tensor; Cortex-M4 / M7 output equal to the host build.
+Cortex-M4 (mps2-an386): flash 65,332 B (all code, no libm), RAM 44,560 B (35,576 static +
+8,984 stack), 1.64 M instructions per 8 ms hop (M7: 1.65 M; 1.92 M before the blocked
+kernels, 2.72 M before the lean kernels, 4.83 M with the reference kernels only): the faster
+kernels of qsa.export.c_kernels where the constants prove them exact. That is still ~2.4x a
+50 % load of a 168 MHz M4 (672,000 per hop): the graph requantises ~90K values per hop (28
+quaternion-expansion BATCH_MATMULs write 30.4K of them) and runs 263K real MACs, each value
+rounded exactly as TFLite-Micro rounds it; per op (M4, 20 hops, SysTick around each op):
+FULLY_CONNECTED 321K, BATCH_MATMUL 276K, ADD 236K, CONV_2D 213K, TRANSPOSE 125K (with the
+STFT analysis, ~60K), MUL 88K, DEPTHWISE 77K, SUB 62K, PRELU 60K, MEAN 44K, the float DSP
+~120K. Flash is within ~200 B of 64 KB: a faster kernel must pay for its code.
 """
 
 from __future__ import annotations
@@ -630,7 +631,6 @@ class _Gen:
                   for sc in w.scale]
         else:
             ms = [quantize_multiplier(float(_f32(x.s * w.s)) / float(o.s))]
-        mm, ss = self.i32s([m for m, _ in ms]), self.i32s([s for _, s in ms], "int8_t")
         lo, hi = _act_range(op.options.get("fusedActivationFunction", 0))
         bvals = self.T(bias).data.astype(np.int64) if bias is not None else None
         if w.data is not None and w.zp == 0 and (bias is None or bvals is not None):
@@ -649,10 +649,21 @@ class _Gen:
         self.macs += rows * units * depth
         if (self.lean and not runtime and depth % 4 == 0 and all(_fast_shift(s_) for _, s_ in ms)
                 and (lo, hi) == (-128, 127) and bound < _ACC_BOUND):
-            self.body.append(f"  qsa_fcs({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+            mm, ss = self.i32s([m for m, _ in ms]), self.i32s([s for _, s in ms], "int8_t")
+            fn = "qsa_fcx" if depth <= 256 else "qsa_fcs"  # qsa_fcx: four rows per block
+            self.body.append(f"  {fn}({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
                              f"{self.ptr(op.inputs[1])}, {b}, {rows}, {depth}, {units}, {mm}, "
                              f"{ss}, {per_ch}, {o.zp});")
             return
+        if (self.lean and runtime and not per_ch and depth % 4 == 0 and depth <= 128
+                and units <= 128 and _fast_shift(ms[0][1]) and (lo, hi) == (-128, 127)
+                and bound < _ACC_BOUND and (rows // 4 + rows % 4) * (depth + 4) <= 256):
+            # activation weights through qsa_blk4 (the offsets' terms as one more group)
+            self.body.append(f"  qsa_fcxr({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
+                             f"{-x.zp}, {self.ptr(op.inputs[1])}, {-w.zp}, {b}, {rows}, "
+                             f"{depth}, {units}, {ms[0][0]}, {ms[0][1]}, {o.zp});")
+            return
+        mm, ss = self.i32s([m for m, _ in ms]), self.i32s([s for _, s in ms], "int8_t")
         if (all(_fast_shift(s_) for _, s_ in ms) and (lo, hi) == (-128, 127)
                 and bound < _ACC_BOUND and (not runtime or units <= 128) and depth <= 256):
             self.body.append(f"  qsa_fcf({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
@@ -772,7 +783,8 @@ class _Gen:
             kb = self.i32s((-x.zp) * wd.sum((1, 2)) + bb.astype(np.int64).reshape(-1))
             if (self.lean and kw == 1 and sw == 1 and pw == 0 and dh == 1 and kh <= 16
                     and ow == iw):
-                self.body.append(f"  qsa_convc({self.ptr(op.outputs[0])}, "
+                fn = "qsa_convx" if iw % 4 == 0 and ic <= 64 else "qsa_convc"
+                self.body.append(f"  {fn}({self.ptr(op.outputs[0])}, "
                                  f"{self.ptr(op.inputs[0])}, {self.ptr(op.inputs[1])}, {kb}, "
                                  f"{mm}, {ss}, &{p});")
                 return

@@ -33,6 +33,18 @@ pattern: 4 requantisations per column, the negative components as 2 off - the po
 saturated, which the exporter checks on all 256 inputs of each op), ``qsa_bmm2`` (activation
 x activation BATCH_MATMUL, 2 x 2 outputs per pass). Init-only code (the
 LOGISTIC / SOFTMAX / RSQRT tables) is optimised for size.
+
+The blocked kernels (lean, 12-07; all exact): ``qsa_blk4`` multiplies a block of four rows,
+sign-extended once into halfword pairs (``qsa_x4``), with every unit (eight SMLADs per weight
+word, LDRD / STRD with writeback where the DSP extension has them: a hop is counted in
+instructions); ``qsa_fcx`` (constant-weight FULLY_CONNECTED; small weights expanded once per
+call; a leftover row as four copies of itself), ``qsa_fcxr`` (activation weights: the
+offsets' terms as one more group of the dot product, (x + x_off) . w + w_off sum (x + x_off))
+and ``qsa_convx`` (one-column CONV_2D, four neighbouring pixels of a row per block, expanded
+straight from the input, the filter once per call) feed it. ADD / SUB / MUL keep twice the
+terms (no doubling per value) and a contiguous inner loop; MEAN / SUM requantise in SMMLAR
+form where the shift allows; TRANSPOSE / SLICE move runs of 2 or 4 bytes as one halfword /
+word and strided runs four bytes to a word.
 """
 
 QSA_NN_H = r"""/* qsa_nn.h: int8 kernels of a `qsa export --target c` network (generated; see
@@ -160,12 +172,23 @@ static inline int qsa_clz32(uint32_t x) {
 static void qsa_gather4(int8_t *restrict out, const int8_t *in, const int16_t n[4],
                         const int16_t s[4]) {
   int32_t a, b, c, d;
+  const int32_t n3 = n[3], s3 = s[3];
   for (a = 0; a < n[0]; ++a)
     for (b = 0; b < n[1]; ++b)
       for (c = 0; c < n[2]; ++c) {
         const int8_t *p = in + a * s[0] + b * s[1] + c * s[2];
-        if (s[3] == 1 && n[3] >= 16) { memcpy(out, p, (size_t)n[3]); out += n[3]; }
-        else for (d = 0; d < n[3]; ++d, p += s[3]) *out++ = *p; /* short runs: no call */
+        if (s3 == 1 && n3 >= 16) { memcpy(out, p, (size_t)n3); out += n3; }
+        else if (s3 == 1 && n3 == 2) { memcpy(out, p, 2); out += 2; } /* one halfword */
+        else if (s3 == 1 && n3 == 4) { memcpy(out, p, 4); out += 4; } /* one word */
+        else {
+          for (d = 0; d + 4 <= n3; d += 4, p += 4 * s3, out += 4) { /* four bytes, one word */
+            const uint32_t v = (uint32_t)(uint8_t)p[0] | (uint32_t)(uint8_t)p[s3] << 8
+                               | (uint32_t)(uint8_t)p[2 * s3] << 16
+                               | (uint32_t)(uint8_t)p[3 * s3] << 24;
+            memcpy(out, &v, 4);
+          }
+          for (; d < n3; ++d, p += s3) *out++ = *p; /* short runs: no call */
+        }
       }
 }
 
@@ -307,23 +330,6 @@ static void qsa_rsqrt(int8_t *restrict out, const int8_t *x, int32_t n, int32_t 
     o = qsa_mbqm(data, m, s - 20) + out_off;
     out[i] = qsa_sat8(o);
   }
-}
-
-/* ---- reductions (MEAN / SUM): n[4] input dims, os[4] output strides (0: reduced) ------- */
-static void qsa_reduce(int8_t *restrict out, const int8_t *x, const int16_t n[4],
-                       const int16_t os[4],
-                       int32_t n_out, int32_t count, int32_t in_zp, int32_t m, int32_t s,
-                       int32_t out_zp, int32_t *acc) {
-  int32_t a, b, c, d, i;
-  for (i = 0; i < n_out; ++i) acc[i] = 0;
-  for (a = 0; a < n[0]; ++a)
-    for (b = 0; b < n[1]; ++b)
-      for (c = 0; c < n[2]; ++c) {
-        int32_t *pa = acc + a * os[0] + b * os[1] + c * os[2];
-        for (d = 0; d < n[3]; ++d) pa[d * os[3]] += *x++;
-      }
-  for (i = 0; i < n_out; ++i)
-    out[i] = qsa_sat8(qsa_mbqm(acc[i] - in_zp * count, m, s) + out_zp);
 }
 
 /* ---- SOFTMAX int8 -> int8 (scale 1/256, zero point -128) over the last dim ---------------
@@ -617,14 +623,18 @@ static void qsa_mulf(int8_t *restrict out, const int8_t *x, const int8_t *y, con
                      const qsa_mulf_p *p) {
   int32_t a, b, c, d;
   const int32_t n3 = bc->n[3], sa3 = bc->sa[3], sb3 = bc->sb[3];
-  const int32_t o1 = p->off1, o2 = p->off2, m = p->m, e = p->e, co = qsa_rqc(p->e, p->out_off);
+  const int32_t o1 = p->off1, o2x2 = 2 * p->off2, m = p->m, e = p->e;
+  const int32_t co = qsa_rqc(p->e, p->out_off);
   for (a = 0; a < bc->n[0]; ++a)
     for (b = 0; b < bc->n[1]; ++b)
       for (c = 0; c < bc->n[2]; ++c) {
         const int8_t *px = x + a * bc->sa[0] + b * bc->sa[1] + c * bc->sa[2];
         const int8_t *py = y + a * bc->sb[0] + b * bc->sb[1] + c * bc->sb[2];
-        for (d = 0; d < n3; ++d, px += sa3, py += sb3)
-          *out++ = qsa_rqf((o1 + *px) * (o2 + *py) * 2, m, e, co);
+        if (sa3 == 1 && sb3 == 1) /* contiguous: post-incremented loads */
+          for (d = 0; d < n3; ++d) *out++ = qsa_rqf((o1 + px[d]) * (o2x2 + 2 * py[d]), m, e, co);
+        else
+          for (d = 0; d < n3; ++d, px += sa3, py += sb3)
+            *out++ = qsa_rqf((o1 + *px) * (o2x2 + 2 * *py), m, e, co);
       }
 }
 
@@ -892,18 +902,24 @@ static void qsa_addh(int8_t *restrict out, const int8_t *x, const int8_t *y, con
                      const qsa_addh_p *p) {
   int32_t a, b, c, d;
   const int32_t n3 = bc->n[3], sa3 = bc->sa[3], sb3 = bc->sb[3];
-  const int32_t ka = p->ka, oa = p->offa, ob = p->offb, mb = p->mb, eb = p->eb, hb = p->hb;
+  const int32_t ka2 = 2 * p->ka, oka2 = p->offa * 2 * p->ka, ob = p->offb, mb = p->mb;
+  const int32_t eb = p->eb, hb = p->hb;
   const int32_t kb = p->kb, smb = p->smb, mo = p->mo, eo = p->eo, co = p->co;
   for (a = 0; a < bc->n[0]; ++a)
     for (b = 0; b < bc->n[1]; ++b)
       for (c = 0; c < bc->n[2]; ++c) {
         const int8_t *px = x + a * bc->sa[0] + b * bc->sa[1] + c * bc->sa[2];
         const int8_t *py = y + a * bc->sb[0] + b * bc->sb[1] + c * bc->sb[2];
-        for (d = 0; d < n3; ++d, px += sa3, py += sb3) {
-          int32_t ta = (oa + *px) * ka;
-          int32_t tb = qsa_rqterm((ob + *py) * (1 << 21), mb, eb, hb, kb);
-          *out++ = qsa_rqf((ta + ((tb ^ smb) - smb)) * 2, mo, eo, co);
-        }
+        if (sa3 == 1 && sb3 == 1) /* contiguous: post-incremented loads */
+          for (d = 0; d < n3; ++d) {
+            int32_t tb = qsa_rqterm((ob + py[d]) * (1 << 21), mb, eb, hb, kb);
+            *out++ = qsa_rqf(px[d] * ka2 + oka2 + 2 * ((tb ^ smb) - smb), mo, eo, co);
+          }
+        else
+          for (d = 0; d < n3; ++d, px += sa3, py += sb3) {
+            int32_t tb = qsa_rqterm((ob + *py) * (1 << 21), mb, eb, hb, kb);
+            *out++ = qsa_rqf(*px * ka2 + oka2 + 2 * ((tb ^ smb) - smb), mo, eo, co);
+          }
       }
 }
 
@@ -1126,20 +1142,23 @@ static void qsa_addc(int8_t *restrict out, const int8_t *x, const int8_t *y, con
                      const qsa_addc_p *p) {
   int32_t a, b, c, d, ty[256];
   const int32_t n3 = bc->n[3], sa3 = bc->sa[3], sb3 = bc->sb[3];
-  const int32_t mo = p->mo, eo = p->eo, co = p->co, kx = p->kx;
+  const int32_t mo = p->mo, eo = p->eo, co = p->co, kx = p->kx, kx2 = 2 * p->kx;
   for (d = 0; d < p->ny; ++d) {
     const int32_t v = p->oy + y[d];
     int32_t t = p->y_half ? v * p->ky : qsa_rqterm(v * (1 << 21), p->my, p->ey, p->hy, p->kky);
     if (!p->y_half) t = (t ^ p->smy) - p->smy;
-    ty[d] = t + p->ox * kx;
+    ty[d] = 2 * (t + p->ox * kx); /* twice the terms: the requantisation takes 2 acc */
   }
   for (a = 0; a < bc->n[0]; ++a)
     for (b = 0; b < bc->n[1]; ++b)
       for (c = 0; c < bc->n[2]; ++c) {
         const int8_t *px = x + a * bc->sa[0] + b * bc->sa[1] + c * bc->sa[2];
         const int32_t *pt = ty + a * bc->sb[0] + b * bc->sb[1] + c * bc->sb[2];
-        for (d = 0; d < n3; ++d, px += sa3, pt += sb3)
-          *out++ = qsa_rqf((*px * kx + *pt) * 2, mo, eo, co);
+        if (sa3 == 1 && sb3 == 1) /* contiguous: post-incremented loads */
+          for (d = 0; d < n3; ++d) *out++ = qsa_rqf(px[d] * kx2 + pt[d], mo, eo, co);
+        else
+          for (d = 0; d < n3; ++d, px += sa3, pt += sb3)
+            *out++ = qsa_rqf(*px * kx2 + *pt, mo, eo, co);
       }
 }
 
@@ -1206,6 +1225,244 @@ static void qsa_bmm2(int8_t *restrict out, const int8_t *A, int32_t a_off, const
       }
     }
   }
+}
+
+/* ---- blocked dot products (the "x" kernels): int8 rows sign-extended once ----------------
+ * qsa_x16 / qsa_x16r8 / qsa_mlad: SXTB16, SXTB16 ROR #8 and SMLAD on the DSP extension, the
+ * same integers in portable C. A block of four rows is expanded once into halfword pairs,
+ * interleaved per group of four bytes (row 0 (b0,b2) (b1,b3), row 1 ..., row 3), so one
+ * weight word, sign-extended once, meets the four rows with eight SMLADs. */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#define qsa_x16(v) __sxtb16(v)
+#define qsa_x16r8(v) qsa_sxtb16_ror8(v)
+#define qsa_mlad(a, b, c) __smlad((a), (b), (c))
+#define qsa_add16(a, b) __sadd16((a), (b))
+/* two words from p, p += 2 (one LDRD with writeback: the instruction count is what a hop
+ * costs) */
+#define QSA_LD2(a, b, p) __asm volatile("ldrd %0, %1, [%2], #8" : "=r"(a), "=r"(b), "+r"(p) \
+                                        : : "memory")
+/* p[0] = a, p[1] = b, p += 2 (one STRD with writeback) */
+#define QSA_ST2(a, b, p) __asm volatile("strd %1, %2, [%0], #8" : "+r"(p) : "r"(a), "r"(b) \
+                                        : "memory")
+#else
+#define QSA_LD2(a, b, p) do { (a) = (p)[0]; (b) = (p)[1]; (p) += 2; } while (0)
+#define QSA_ST2(a, b, p) do { (p)[0] = (a); (p)[1] = (b); (p) += 2; } while (0)
+static inline uint32_t qsa_x16(uint32_t v) {
+  return (uint32_t)(uint16_t)(int16_t)(int8_t)(v & 0xFFu)
+         | ((uint32_t)(uint16_t)(int16_t)(int8_t)((v >> 16) & 0xFFu) << 16);
+}
+static inline uint32_t qsa_x16r8(uint32_t v) { return qsa_x16(v >> 8); }
+static inline uint32_t qsa_add16(uint32_t a, uint32_t b) {
+  return ((a + b) & 0xFFFFu) | (((a >> 16) + (b >> 16)) << 16);
+}
+static inline int32_t qsa_mlad(uint32_t a, uint32_t b, int32_t c) {
+  return c + (int32_t)(int16_t)(a & 0xFFFFu) * (int16_t)(b & 0xFFFFu)
+         + (int32_t)(int16_t)(a >> 16) * (int16_t)(b >> 16);
+}
+#endif
+
+/* four rows of n bytes (n a multiple of 4), row k at x + k stride, expanded into xe */
+static inline void qsa_x4(uint32_t *restrict xe, const int8_t *x, int32_t stride, int32_t n) {
+  const int8_t *x1 = x + stride, *x2 = x1 + stride, *x3 = x2 + stride, *end = x + n;
+  for (; x < end; x += 4, x1 += 4, x2 += 4, x3 += 4) {
+    uint32_t v0, v1, v2, v3;
+    memcpy(&v0, x, 4);
+    memcpy(&v1, x1, 4);
+    memcpy(&v2, x2, 4);
+    memcpy(&v3, x3, 4);
+    QSA_ST2(qsa_x16(v0), qsa_x16r8(v0), xe);
+    QSA_ST2(qsa_x16(v1), qsa_x16r8(v1), xe);
+    QSA_ST2(qsa_x16(v2), qsa_x16r8(v2), xe);
+    QSA_ST2(qsa_x16(v3), qsa_x16r8(v3), xe);
+  }
+}
+
+/* one row of n bytes (n a multiple of 4) expanded: (b0,b2) (b1,b3) per word of x */
+static inline void qsa_x1(uint32_t *restrict xe, const int8_t *x, int32_t n) {
+  int32_t k;
+  for (k = 0; k < n; k += 4, xe += 2) {
+    uint32_t v;
+    memcpy(&v, x + k, 4);
+    xe[0] = qsa_x16(v);
+    xe[1] = qsa_x16r8(v);
+  }
+}
+
+/* one block of four expanded rows (xe) against all units; weights int8 (w, sign-extended
+ * per word) or, when we != 0, already expanded (we: per unit, depth / 2 words); row i of the
+ * block to out + i os (os 0: four copies of one row, one output row) */
+static void qsa_blk4(int8_t *out, const uint32_t *xe, const int8_t *w,
+                     const uint32_t *we, const int32_t *kbias, int32_t depth, int32_t units,
+                     int32_t os, const int32_t *mult, const int8_t *shift, int32_t per_channel,
+                     int32_t out_off) {
+  int32_t u;
+  const uint32_t *xend = xe + 2 * depth;
+  for (u = 0; u < units; ++u, ++out) {
+    const int32_t ch = per_channel ? u : 0, m = mult[ch], e = -shift[ch];
+    const int32_t c = qsa_rqc(e, out_off);
+    int32_t a0 = kbias[u], a1 = a0, a2 = a0, a3 = a0;
+    const uint32_t *p = xe;
+    if (we) {
+      const uint32_t *pw = we + u * (depth >> 1);
+      while (p < xend) {
+        uint32_t w0, w1, x0, x1;
+        QSA_LD2(w0, w1, pw);
+        QSA_LD2(x0, x1, p);
+        a0 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a0));
+        QSA_LD2(x0, x1, p);
+        a1 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a1));
+        QSA_LD2(x0, x1, p);
+        a2 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a2));
+        QSA_LD2(x0, x1, p);
+        a3 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a3));
+      }
+    } else {
+      const int8_t *pw = w + u * depth;
+      for (; p < xend; pw += 4) {
+        uint32_t wv, w0, w1, x0, x1;
+        memcpy(&wv, pw, 4);
+        w0 = qsa_x16(wv);
+        w1 = qsa_x16r8(wv);
+        QSA_LD2(x0, x1, p);
+        a0 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a0));
+        QSA_LD2(x0, x1, p);
+        a1 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a1));
+        QSA_LD2(x0, x1, p);
+        a2 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a2));
+        QSA_LD2(x0, x1, p);
+        a3 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a3));
+      }
+    }
+    out[3 * os] = qsa_rqf(a3 * 2, m, e, c);
+    out[2 * os] = qsa_rqf(a2 * 2, m, e, c);
+    out[os] = qsa_rqf(a1 * 2, m, e, c);
+    out[0] = qsa_rqf(a0 * 2, m, e, c);
+  }
+}
+
+/* rows of x (depth a multiple of 4, <= 256) against constant int8 weights of zero point 0,
+ * the fast requantisation (kbias as in qsa_fc): four rows at a time expanded once (qsa_x4 /
+ * qsa_blk4); small weights (units depth <= 512) expanded once per call too; leftover rows
+ * one by one. Same integers as qsa_fc. */
+static void qsa_fcx(int8_t *restrict out, const int8_t *x, const int8_t *w, const int32_t *kbias,
+                    int32_t rows, int32_t depth, int32_t units, const int32_t *mult,
+                    const int8_t *shift, int32_t per_channel, int32_t out_off) {
+  uint32_t xe[512], we[256];
+  const uint32_t *pwe = 0;
+  int32_t r, n;
+  if (units * depth <= 512 && rows >= 8) {
+    qsa_x1(we, w, units * depth);
+    pwe = we;
+  }
+  for (r = 0; r < rows; r += n, x += n * depth, out += n * units) {
+    n = rows - r >= 4 ? 4 : 1; /* a leftover row: four copies of it, one output row */
+    qsa_x4(xe, x, n == 4 ? depth : 0, depth);
+    qsa_blk4(out, xe, w, pwe, kbias, depth, units, n == 4 ? units : 0, mult, shift,
+             per_channel, out_off);
+  }
+}
+
+/* FULLY_CONNECTED of two activations (weights w with an offset, no per-channel scales;
+ * depth a multiple of 4, <= 128; units <= 128) through qsa_blk4: the rows of x + x_off
+ * expanded once with one more group (sum_k (x + x_off), 0, 0, 0), the weight rows (as int16,
+ * w_off not added) with (w_off, 0, 0, 0), so each dot product is sum_k (x + x_off) w +
+ * w_off sum_k (x + x_off) = sum_k (x + x_off)(w + w_off); units in chunks of 512 / (depth + 4)
+ * expanded weight rows, leftover rows as four copies of themselves. (rows / 4 + rows % 4)
+ * (depth + 4) <= 256. Same integers as qsa_fc. */
+static void qsa_fcxr(int8_t *restrict out, const int8_t *x, int32_t x_off, const int8_t *w,
+                     int32_t w_off, const int32_t *bias, int32_t rows, int32_t depth,
+                     int32_t units, int32_t mult, int32_t shift, int32_t out_off) {
+  uint32_t xe[512], we[256];
+  int32_t kb[128], r, n, k, i, u0;
+  const int32_t dp = depth + 4, cu = 512 / dp;
+  const int8_t sh = (int8_t)shift;
+  const uint32_t xo2 = (uint32_t)(uint16_t)x_off * 0x10001u;
+  uint32_t *pe = xe;
+  for (k = 0; k < units; ++k) kb[k] = bias ? bias[k] : 0;
+  for (r = 0; r < rows; r += n) {
+    n = rows - r >= 4 ? 4 : 1;
+    for (k = 0; k <= depth; k += 4)
+      for (i = 0; i < 4; ++i, pe += 2) {
+        const int8_t *px = x + (r + (n == 4 ? i : 0)) * depth;
+        if (k < depth) {
+          uint32_t v;
+          memcpy(&v, px + k, 4);
+          pe[0] = qsa_add16(qsa_x16(v), xo2);
+          pe[1] = qsa_add16(qsa_x16r8(v), xo2);
+        } else {
+          int32_t j, sum = depth * x_off;
+          for (j = 0; j < depth; ++j) sum += px[j];
+          pe[0] = (uint16_t)sum;
+          pe[1] = 0;
+        }
+      }
+  }
+  for (u0 = 0; u0 < units; u0 += cu) {
+    const int32_t nu = QSA_MIN(cu, units - u0);
+    for (k = 0; k < nu; ++k) {
+      qsa_x1(we + k * (dp >> 1), w + (u0 + k) * depth, depth);
+      we[k * (dp >> 1) + (depth >> 1)] = (uint16_t)w_off;
+      we[k * (dp >> 1) + (depth >> 1) + 1] = 0;
+    }
+    for (r = 0, pe = xe; r < rows; r += n, pe += 2 * dp) {
+      n = rows - r >= 4 ? 4 : 1;
+      qsa_blk4(out + r * units + u0, pe, 0, we, kb + u0, dp, nu, n == 4 ? units : 0, &mult,
+               &sh, 0, out_off);
+    }
+  }
+}
+
+/* CONV_2D one column wide (the conditions of qsa_convc) with in_w a multiple of 4 and
+ * in_c <= 64, through qsa_blk4: four neighbouring output pixels of a row form a block, their
+ * columns expanded straight from the input (k_h taps of 4 in_c contiguous bytes; a tap in the
+ * padding reads a row of the input zero point), the filter (out_c k_h in_c <= 512) expanded
+ * once per call. Same integers as qsa_conv. */
+static void qsa_convx(int8_t *restrict out, const int8_t *x, const int8_t *f, const int32_t *kbias,
+                      const int32_t *mult, const int8_t *shift, const qsa_conv_p *p) {
+  int32_t n, oy, ox, ky, k;
+  uint32_t xe[512], we[256], zrow[64];
+  const uint32_t *pwe = 0;
+  const int32_t C = p->in_c, KH = p->k_h, TC = KH * C, OC = p->out_c, off = p->out_off;
+  const int32_t IH = p->in_h, W = p->in_w, OH = p->out_h;
+  const int32_t SH = p->stride_h, PH = p->pad_h, row = W * C;
+  const uint32_t zp4 = 0x01010101u * (uint8_t)(int8_t)(-p->in_off);
+  for (k = 0; k < C; ++k) zrow[k] = zp4;
+  if (OC * TC <= 512) {
+    qsa_x1(we, f, OC * TC);
+    pwe = we;
+  }
+  for (n = 0; n < p->batches; ++n, x += IH * row)
+    for (oy = 0; oy < OH; ++oy)
+      for (ox = 0; ox < W; ox += 4, out += 4 * OC) {
+        for (ky = 0; ky < KH; ++ky) {
+          const int32_t iy = oy * SH - PH + ky;
+          qsa_x4(xe + 2 * ky * C, iy >= 0 && iy < IH ? x + iy * row + ox * C
+                                                     : (const int8_t *)zrow, C, C);
+        }
+        qsa_blk4(out, xe, f, pwe, kbias, TC, OC, OC, mult, shift, 1, off);
+      }
+}
+
+/* ---- reductions (MEAN / SUM): n[4] input dims, os[4] output strides (0: reduced) ------- */
+static void qsa_reduce(int8_t *restrict out, const int8_t *x, const int16_t n[4],
+                       const int16_t os[4],
+                       int32_t n_out, int32_t count, int32_t in_zp, int32_t m, int32_t s,
+                       int32_t out_zp, int32_t *acc) {
+  int32_t a, b, c, d, i;
+  for (i = 0; i < n_out; ++i) acc[i] = 0;
+  for (a = 0; a < n[0]; ++a)
+    for (b = 0; b < n[1]; ++b)
+      for (c = 0; c < n[2]; ++c) {
+        int32_t *pa = acc + a * os[0] + b * os[1] + c * os[2];
+        for (d = 0; d < n[3]; ++d) pa[d * os[3]] += *x++;
+      }
+  if (s <= -1 && s >= -22) { /* |acc| < 2^30: the fast requantisation, the same integers */
+    const int32_t c = qsa_rqc(-s, out_zp), zc = in_zp * count;
+    for (i = 0; i < n_out; ++i) out[i] = qsa_rqf((acc[i] - zc) * 2, m, -s, c);
+    return;
+  }
+  for (i = 0; i < n_out; ++i)
+    out[i] = qsa_sat8(qsa_mbqm(acc[i] - in_zp * count, m, s) + out_zp);
 }
 
 #endif /* QSA_NN_H */

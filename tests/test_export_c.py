@@ -433,7 +433,91 @@ def test_lean_kernels_equal_the_reference_build(c_export, model, tmp_path):
         d = tmp_path / f"lean{int(lean)}"
         net = generate_c(tfl, d, lean=lean)
         text = (d / "qsa_net.c").read_text()
-        assert ("qsa_bmm_ham(" in text and "qsa_fcs(" in text) == lean
+        assert ("qsa_bmm_ham(" in text and "qsa_fcx(" in text and "qsa_convx(" in text) == lean
         frames = network_frames(model.step_module(), net.inputs[0], wave)
         outs.append(c_network_outputs(build_host(d, HOST_HARNESS, "net"), frames, d))
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+@needs_cc
+def test_blocked_kernels_equal_the_reference_kernels(tmp_path):
+    """qsa_fcx (four rows per block, rows sign-extended once; small weights expanded once;
+    a leftover row as four copies of itself), qsa_fcxr (activation weights with offsets, the
+    offsets' terms as one more group) and qsa_convx (four pixels of a row per block,
+    zero-point padding) give qsa_fc's / qsa_conv's integers on random int8 data, for row
+    counts with and without leftovers, per-channel requantisation with right shifts 1..22."""
+    from qsa.export.c_kernels import QSA_NN_H
+
+    (tmp_path / "qsa_nn.h").write_text(QSA_NN_H)
+    (tmp_path / "t.c").write_text(r"""#include <stdio.h>
+#include <stdlib.h>
+#include "qsa_nn.h"
+static uint32_t s = 1;
+static int32_t rnd(int32_t n) { s = s * 1103515245u + 12345u; return (int32_t)((s >> 8) % n); }
+int main(void) {
+  static int8_t x[4096], w[8192], a[4096], b[4096], sh[64], fz[64];
+  static int32_t kb[64], m[64], fs[4096];
+  int t, i, bad = 0;
+  for (t = 0; t < 60; ++t) {
+    int rows = 1 + rnd(13), depth = 4 * (1 + rnd(t % 2 ? 8 : 40)), units = 1 + rnd(40);
+    int xo = rnd(256) - 128, oo = rnd(256) - 128;
+    for (i = 0; i < rows * depth; ++i) x[i] = (int8_t)(rnd(256) - 128);
+    for (i = 0; i < units * depth; ++i) w[i] = (int8_t)(rnd(256) - 128);
+    for (i = 0; i < units; ++i) {
+      int k, sw = 0;
+      for (k = 0; k < depth; ++k) sw += w[i * depth + k];
+      kb[i] = rnd(20000) - 10000 + xo * sw;
+      m[i] = (int32_t)(1073741824u + (uint32_t)rnd(1 << 30));
+      sh[i] = (int8_t)(-1 - rnd(22));
+    }
+    qsa_fc((int8_t *)a, x, 0, w, 0, kb, rows, depth, units, m, sh, 1, oo, -128, 127, 0);
+    qsa_fcx((int8_t *)b, x, w, kb, rows, depth, units, m, sh, 1, oo);
+    for (i = 0; i < rows * units; ++i) bad += a[i] != b[i];
+    if (depth <= 128 && (rows / 4 + rows % 4) * (depth + 4) <= 256) {
+      /* activation weights with an offset: qsa_fcxr against qsa_fc's runtime sums */
+      int wo = rnd(256) - 128;
+      for (i = 0; i < units; ++i) kb[i] = rnd(20000) - 10000;
+      qsa_fc((int8_t *)a, x, xo, w, wo, kb, rows, depth, units, m, sh, 0, oo, -128, 127, 1);
+      qsa_fcxr((int8_t *)b, x, xo, w, wo, kb, rows, depth, units, m[0], sh[0], oo);
+      for (i = 0; i < rows * units; ++i) bad += a[i] != b[i];
+    }
+  }
+  for (t = 0; t < 40; ++t) {
+    qsa_conv_p p;
+    int C = 4 * (1 + rnd(4)), KH = 1 + rnd(3), OC = 1 + rnd(8), IH = 3 + rnd(20);
+    int W = 4 * (1 + rnd(2));
+    int SH = 1 + rnd(2), PH = rnd(KH), OH = (IH + 2 * PH - KH) / SH + 1;
+    p.batches = 1; p.in_h = IH; p.in_w = W; p.in_c = C; p.out_h = OH; p.out_w = W; p.out_c = OC;
+    p.k_h = KH; p.k_w = 1; p.stride_h = SH; p.stride_w = 1; p.dil_h = 1; p.dil_w = 1;
+    p.pad_h = PH; p.pad_w = 0; p.depth_mult = 1; p.in_off = rnd(256) - 128;
+    p.out_off = rnd(256) - 128; p.lo = -128; p.hi = 127;
+    for (i = 0; i < IH * W * C; ++i) x[i] = (int8_t)(rnd(256) - 128);
+    for (i = 0; i < OC * KH * C; ++i) w[i] = (int8_t)(rnd(256) - 128);
+    for (i = 0; i < OC; ++i) {
+      int k, sw = 0;
+      for (k = 0; k < KH * C; ++k) sw += w[i * KH * C + k];
+      fz[i] = 0;
+      kb[i] = rnd(2000) - 1000;
+      m[i] = (int32_t)(1073741824u + (uint32_t)rnd(1 << 30));
+      sh[i] = (int8_t)(-1 - rnd(22));
+      for (k = 0; k < KH; ++k) {
+        int c, f = 0;
+        for (c = 0; c < C; ++c) f += w[(i * KH + k) * C + c];
+        fs[i * KH + k] = f;
+      }
+      /* qsa_convx: zero-point padding, the input offset over all taps in the bias */
+      m[32 + i] = kb[i] + p.in_off * sw;
+    }
+    qsa_conv((int8_t *)a, x, w, kb, m, sh, &p, fs);
+    qsa_convx((int8_t *)b, x, w, m + 32, m, sh, &p);
+    for (i = 0; i < OH * W * OC; ++i) bad += a[i] != b[i];
+  }
+  printf("%d\n", bad);
+  return 0;
+}
+""")
+    exe = tmp_path / "t"
+    subprocess.run([host_cc(), "-std=c99", "-O2", "-Wall", "-Wno-unused-function", "-o",
+                    str(exe), str(tmp_path / "t.c"), f"-I{tmp_path}"], check=True)
+    assert subprocess.run([str(exe)], capture_output=True, text=True,
+                          check=True).stdout.split() == ["0"]
