@@ -577,7 +577,8 @@ def parse_args(argv=None):
     ap.add_argument(
         "--models",
         default=",".join(QSA_MODELS),
-        help="qsa models (shipped names or packed files); empty for none",
+        help="qsa models (shipped names or packed files; NAME@RT+RT gives one model its own "
+        "runtimes, e.g. qcgan-0.89m@torch); empty for none",
     )
     ap.add_argument(
         "--runtimes",
@@ -641,6 +642,20 @@ def parse_args(argv=None):
     return args
 
 
+def model_runtimes(models: list[str], default: str) -> list[tuple[str, list[str]]]:
+    """``NAME`` runs on ``--runtimes``; ``NAME@RT+RT`` on its own list (e.g.
+    ``qcgan-0.89m-causal@torch``), so one run can give each model the runtimes that matter."""
+    out = []
+    for m in models:
+        name, sep, rts = m.partition("@")
+        chosen = [r for r in (rts.split("+") if sep else default.split(",")) if r]
+        if not name or not chosen:
+            raise SystemExit(f"--models {m!r}: expected NAME or NAME@RUNTIME+RUNTIME "
+                             "(e.g. qcgan-0.89m-causal@torch+litert)")
+        out.append((name, chosen))
+    return out
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     if args.from_json:  # re-render the markdown and plots of a finished run
@@ -670,14 +685,18 @@ def main(argv=None) -> dict:
     if models:  # imports torch
         from bench.peers.qsa_models import build_entrants
 
-        entrants, skipped = build_entrants(
-            models,
-            runtimes=[r for r in args.runtimes.split(",") if r],
-            precisions=[p for p in args.precisions.split(",") if p],
-            artifact_dir=out / "artifacts",
-            allow_untrained=args.allow_untrained,
-            speech=probe,
-        )
+        entrants, skipped = [], []
+        for name, rts in model_runtimes(models, args.runtimes):
+            e, s = build_entrants(
+                [name],
+                runtimes=rts,
+                precisions=[p for p in args.precisions.split(",") if p],
+                artifact_dir=out / "artifacts",
+                allow_untrained=args.allow_untrained,
+                speech=probe,
+            )
+            entrants += e
+            skipped += s
     systems = peers[:1] + entrants + peers[1:]  # noisy first, then ours, then the peers
 
     report = {
