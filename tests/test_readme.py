@@ -48,7 +48,7 @@ EXCLUDED = {
     "--out compare_demo":
         "exports and streams every row (minutes of CPU); make demo runs the same comparison "
         "(qsa.apps.compare) for its table, tests/test_compare.py runs `qsa compare`",
-    "qsa live --runtime litert --precision int8":
+    "qsa live --precision int8":
         "needs a microphone and speaker; tests/test_live_audio.py runs `qsa live` through a "
         "PulseAudio loop-back (realtime tests)",
     "qsa live --input-file demo_set/noisy/demo01_pink_5dB.wav --record live.wav --duration 5":
