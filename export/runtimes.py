@@ -164,10 +164,14 @@ class OnnxRuntime(Runtime):
     def __init__(
         self, path: str | os.PathLike, threads: int = 1, expected_sha256: str | None = None
     ):
-        import onnxruntime as ort
 
         self.source = str(path)
-        data = _checked(path, "onnx", expected_sha256)
+        self._open(path, _checked(path, "onnx", expected_sha256), threads)
+
+    def _open(self, path, data: bytes, threads: int) -> None:
+        """An onnxruntime session on ``data`` (bytes already checked), its names and shapes."""
+        import onnxruntime as ort
+
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
@@ -182,7 +186,7 @@ class OnnxRuntime(Runtime):
                 raise ValueError(f"symbolic input shapes {[i.shape for i in ins]}")
         except Exception as e:
             raise _load_error(path, "onnx", e) from None
-        super().__init__(hop, states)
+        Runtime.__init__(self, hop, states)
 
     def _run(self, inputs):
         return self.session.run(self.output_names, dict(zip(self.input_names, inputs, strict=True)))

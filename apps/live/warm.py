@@ -29,7 +29,7 @@ import numpy as np
 from qsa.audio.host_dsp import HostDSP
 from qsa.errors import ConfigError
 from qsa.export.errors import ExportError
-from qsa.export.runtimes import OnnxRuntime, Runtime, _load_error
+from qsa.export.runtimes import OnnxRuntime, Runtime
 
 SPEC_VERSION = 1
 _SOURCE = ("qsa.audio.host_dsp", "HostDSP")  # the host DSP class a spec rebuilds
@@ -139,7 +139,6 @@ class VerifiedOnnxRuntime(OnnxRuntime):
         import hashlib
         from pathlib import Path
 
-        import onnxruntime as ort
 
         self.source = str(path)
         try:
@@ -149,19 +148,4 @@ class VerifiedOnnxRuntime(OnnxRuntime):
         if hashlib.sha256(data).hexdigest() != sha256:
             raise ExportError(f"{path}: sha256 differs from the one recorded when its bytes "
                               "were checked (the cache entry was altered)")  # fmt: skip
-        # as OnnxRuntime.__init__ from here, on the bytes it would have checked
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3
-        try:
-            self.session = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
-            ins = self.session.get_inputs()
-            self.input_names = [i.name for i in ins]
-            self.output_names = [o.name for o in self.session.get_outputs()]
-            hop, states = ins[0].shape[-1], [tuple(i.shape) for i in ins[1:]]
-            if not isinstance(hop, int) or not all(isinstance(d, int) for s in states for d in s):
-                raise ValueError(f"symbolic input shapes {[i.shape for i in ins]}")
-        except Exception as e:
-            raise _load_error(path, "onnx", e) from None
-        Runtime.__init__(self, hop, states)
+        self._open(path, data, threads)  # OnnxRuntime's session on the checked bytes
