@@ -14,6 +14,10 @@ Speech (``SPEAKERS``; the packages of shared/DATA.md):
 - fillets-ng-data-{cs,nl}: voice-acted dialogue, ogg at 22.05 / 44.1 kHz. The file name's
   second field names the role: ``m`` (the small fish, higher voice) and ``v`` (the big fish,
   lower voice) are one actor each per language; the other roles are pooled as ``minor``.
+- klettres-data: KDE's letter-learning game, letters and syllables spoken by a native speaker
+  per language (20 languages, ~51 minutes, ogg at 44.1 kHz; the Danish letters whose headers
+  claim 128 kHz are left out). Short, isolated items, but 20 more real voices for training:
+  each language folder is one speaker ``klettres-<lang>`` (training split only).
 - A share of the train / val items (``synth_share``) uses espeak-ng speech of that split's
   synthetic voices (``qsa.data.synth``), so the corpus also covers what the models knew.
 
@@ -57,7 +61,7 @@ import numpy as np
 from qsa.errors import QsaError
 
 SR = 16000
-CORPUS_VERSION = 1
+CORPUS_VERSION = 2  # 2: KLettres voices in training (val and test items unchanged)
 SPLITS = ("train", "val", "test")
 SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
 SPLIT_FRACTIONS = {"train": 0.8, "val": 0.1, "test": 0.1}
@@ -73,6 +77,9 @@ ASTERISK_ROOT = Path("/usr/share/asterisk/sounds")
 FILLETS_ROOT = Path("/usr/share/games/fillets-ng/sound")
 OPENSFX_CAT = Path("/usr/share/games/openttd/baseset/opensfx/opensfx.cat")
 SONIC_PI_ROOT = Path("/usr/share/sonic-pi/samples")
+KLETTRES_ROOT = Path("/usr/share/klettres")
+KLETTRES_LANGS = ("ar", "cs", "da", "de", "en", "en_GB", "es", "fr", "he", "hu", "it", "lt",
+                  "ml", "nb", "nds", "nl", "pt_BR", "ru", "tn", "uk")
 
 # speaker -> where its recordings are, the Debian package(s) and the licence
 SPEAKERS: dict[str, dict] = {
@@ -93,16 +100,23 @@ for _lang in ("cs", "nl"):
             "packages": [f"fillets-ng-data-{_lang}"], "licence": "GPL-2.0-or-later",
             "sex": {"m": "M", "v": "M", "minor": "mixed"}[_role]}
 
+for _lang in KLETTRES_LANGS:
+    SPEAKERS[f"klettres-{_lang}"] = {"source": "klettres", "lang": _lang,
+                                     "packages": ["klettres-data"],
+                                     "licence": "GPL-2.0-or-later", "sex": "unknown"}
+
 SPEAKER_SPLITS = {
     "train": ["allison", "fillets-cs-m", "fillets-cs-v", "fillets-nl-v", "fillets-cs-minor",
-              "fillets-nl-minor"],
+              "fillets-nl-minor", *(f"klettres-{lang}" for lang in KLETTRES_LANGS)],
     "val": ["fillets-nl-m"],
     "test": ["june", "carlo"],
 }
 
 # how often a split's item picks each speaker (others 1.0): Allison speaks two languages,
-# the pooled minor roles are many short parts
-SPEAKER_WEIGHTS = {"allison": 2.0, "fillets-cs-minor": 0.5, "fillets-nl-minor": 0.5}
+# the pooled minor roles are many short parts; the 20 KLettres voices (isolated letters and
+# syllables) together make a third of the real training speech
+SPEAKER_WEIGHTS = {"allison": 2.0, "fillets-cs-minor": 0.5, "fillets-nl-minor": 0.5,
+                   **{f"klettres-{lang}": 0.15 for lang in KLETTRES_LANGS}}
 
 NOISE_CATEGORIES = ("field", "samples", "babble", "generated")
 NOISE_SOURCES = {
@@ -118,6 +132,7 @@ LICENCES = {
     "fillets-ng-data-cs/-nl": "GPL-2.0-or-later (Fish Fillets NG voice acting)",
     "openttd-opensfx": "CC-BY-SA-3.0 as a collection (clips CC-BY-3.0 / CC-BY-SA-3.0 / CC0)",
     "sonic-pi-samples": "CC0-1.0",
+    "klettres-data": "GPL-2.0-or-later (KLettres letter and syllable recordings; KDE)",
     "espeak-ng": "GPL-3.0-or-later (synthetic speech, generated)",
 }
 
@@ -133,6 +148,8 @@ def missing_packages() -> list[str]:
     }
     for lang in ("cs", "nl"):
         present[f"fillets-ng-data-{lang}"] = any(FILLETS_ROOT.glob(f"*/{lang}/*.ogg"))
+    present["klettres-data"] = all(any((KLETTRES_ROOT / lang).rglob("*.ogg"))
+                                   for lang in KLETTRES_LANGS)
     for s in SPEAKERS.values():
         if s["source"] == "asterisk":
             for d, pkg in zip(s["dirs"], s["packages"], strict=True):
@@ -167,6 +184,11 @@ def speech_files() -> dict[str, list[str]]:
         parts = f.stem.split("-")
         role = parts[1] if len(parts) >= 3 and parts[1] in ("m", "v") else "minor"
         out[f"fillets-{lang}-{role}"].append(str(f))
+    import soundfile as sf
+
+    for lang in KLETTRES_LANGS:
+        out[f"klettres-{lang}"] = [str(f) for f in (KLETTRES_ROOT / lang).rglob("*.ogg")
+                                   if sf.info(str(f)).samplerate <= 48000]
     return {k: sorted(v) for k, v in out.items()}
 
 
