@@ -229,6 +229,9 @@ def channels_last_reason(net: nn.Module) -> str | None:
     if not isinstance(net, NetworkStep):
         return f"{type(net).__name__} is not QC-GAN's network step"
     cfg = net.model.config
+    if getattr(cfg, "df_taps", 0):
+        return (f"df_taps={cfg.df_taps}: deep filtering is not exported to the channels-last "
+                "form (TFLite-Micro, C) yet")  # fmt: skip
     if cfg.time_path != "band":
         return f"time_path={cfg.time_path!r} (the channels-last form takes 'band')"
     for m in net.modules():

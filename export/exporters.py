@@ -186,6 +186,14 @@ class Exporter:
             if self.layout == "channels_last":
                 from .channels_last import ChannelsLastNetworkStep, channels_last_reason
 
+                taps = getattr(getattr(net.model, "config", None), "df_taps", 0)
+                if taps:  # the channels-last graph and the C DSP have no deep filter
+                    raise ExportError(
+                        f"df_taps={taps}: a QC-GAN with deep filtering is not exported to "
+                        f"{self.target} (TFLite-Micro / C) yet; export it to onnx, or use a "
+                        "model with df_taps=0"
+                    )
+
                 if channels_last_reason(self.export_step) is None:
                     self.export_step = ChannelsLastNetworkStep(self.export_step).eval()
             self.example = (net.example_input(1), *net.init_state(1))

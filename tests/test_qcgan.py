@@ -289,3 +289,106 @@ def test_training_path_is_the_same_function(name):
         assert torch.allclose(gp[n], gd[n], atol=1e-6, rtol=1e-3), n
     with pytest.raises(ValueError, match="expected one of"):
         set_quaternion_path(m, "fast")
+
+
+# -- deep filtering (df_taps) ------------------------------------------------------------------
+def _df_model(taps: int = 2, **changes) -> QCGAN:
+    """qcgan-35k with ``taps`` deep-filter taps whose head is randomised (a fresh model's taps
+    are 0, which would test nothing)."""
+    m = _model("qcgan-35k", df_taps=taps, **changes)
+    with torch.no_grad():
+        head = m.complex_decoder.head
+        head.weight[2:].normal_(0.0, 0.5)
+        head.bias[2:].normal_(0.0, 0.3)
+    return m
+
+
+def test_deep_filter_config_and_cost():
+    for bad in (-1, 1.5, True, 17):
+        with pytest.raises(ConfigError, match="df_taps"):
+            QCGANConfig(df_taps=bad)
+    cfg = QCGANConfig(df_taps=2)
+    assert config_from_dict(config_to_dict(cfg)) == cfg
+    m0, m2 = _model("qcgan-35k"), _model("qcgan-35k", df_taps=2)
+    # the complex decoder's 1x1 head gets 2K more outputs: 4 weights + 1 bias each
+    assert count_parameters(m2) - count_parameters(m0) == 2 * 2 * 5
+    assert m2.complex_decoder.head.weight[2:].abs().max() == 0  # taps start at 0
+    assert streaming_macs_per_second(m2) <= 40e6
+    assert m2.n_dsp_state == m2.step_module().n_dsp_state == 3 and m0.n_dsp_state == 2
+    st = m2.init_state(2)
+    assert st[2].shape == (2, 2, 2, m2.config.n_freq)
+    assert len(m2.step_module().network().init_state(1)) == len(st) - 3
+
+
+def test_deep_filter_applies_causal_complex_taps():
+    """Y_c = mask X_c + res + sum_k C_k X_c(t - k), complex products, zero frames before the
+    start, taps in (-1, 1) (tanh)."""
+    m = _df_model(2)
+    torch.manual_seed(7)
+    x = torch.randn(1, 12 * m.hop) * 0.1
+    with torch.no_grad():
+        re, im = m.stft.stft(x)
+        feats, mag_c, cos, sin = m._features(re, im)
+        h, skips = m._encode(feats)
+        for blk in m.blocks:
+            h = blk(h)
+        mask, res = m._heads(h, skips)
+        y_c = m.enhance_spec(x).spec_compressed.transpose(1, 2)  # (B, T, F)
+    assert res.shape[1] == 6 and res[:, 2:].abs().max() < 1 and res[:, 2:].abs().max() > 0.1
+    xc = torch.complex(mag_c * cos, mag_c * sin)  # (B, T, F)
+    want = mask * xc + torch.complex(res[:, 0], res[:, 1])
+    for k in (1, 2):
+        past = torch.cat([torch.zeros_like(xc[:, :k]), xc[:, :-k]], dim=1)  # X_c(t - k)
+        want = want + torch.complex(res[:, 2 * k], res[:, 2 * k + 1]) * past
+    assert (y_c - want).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("taps", [1, 2])
+def test_deep_filter_streaming_equals_offline(taps):
+    m, steps, batch = _df_model(taps), 36, 2  # > window (32): the cache evicts
+    torch.manual_seed(2)
+    x = torch.randn(batch, steps * m.hop) * 0.1
+    with torch.no_grad():
+        y_off = m(x)
+    y_str = _stream(m, x)
+    d = m.delay_samples
+    assert (y_str[:, d:] - y_off[:, : x.shape[1] - d]).abs().max() < 1e-4
+    # the StepModule / split form streams the same
+    step = m.step_module()
+    state, outs = step.init_state(batch), []
+    with torch.no_grad():
+        for t in range(steps):
+            o = step(x[:, t * m.hop : (t + 1) * m.hop], *state)
+            outs.append(o[0])
+            state = o[1:]
+    assert (torch.cat(outs, 1) - y_str).abs().max() < 1e-6
+
+
+def test_deep_filter_causality_and_receptive_field():
+    m = _df_model(2)
+    hop = m.hop
+    torch.manual_seed(1)
+    a = torch.randn(1, 24 * hop) * 0.1
+    b = a.clone()
+    cut = 16 * hop
+    b[:, cut:] = torch.randn(1, 24 * hop - cut)
+    with torch.no_grad():
+        ya, yb = m(a), m(b)
+    ok = cut - m.lookahead_samples
+    assert (ya[:, :ok] - yb[:, :ok]).abs().max() < 1e-5
+    assert m.receptive_field_samples == _model("qcgan-35k").receptive_field_samples
+
+
+def test_deep_filter_is_refused_where_it_is_not_exported_yet(tmp_path):
+    """The channels-last network (TFLite-Micro) and the C export's DSP have no deep filter:
+    exporting a df_taps > 0 model there is an ExportError naming df_taps, not a wrong
+    artifact."""
+    from qsa.export.channels_last import channels_last_reason
+    from qsa.export.errors import ExportError
+    from qsa.export.exporters import EXPORTERS
+
+    m = _df_model(2)
+    assert "df_taps=2" in channels_last_reason(m.step_module().network())
+    exp = EXPORTERS["tflm"](m, "int8", tmp_path / "tflm")
+    with pytest.raises(ExportError, match="df_taps=2.*not exported"):
+        exp.prepare()

@@ -8,6 +8,8 @@ within float32 rounding.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -15,10 +17,17 @@ import torch
 from qsa.models.qcgan import QCGAN, qcgan_35k
 
 
-@pytest.fixture(scope="module")
-def step():
+@pytest.fixture(scope="module", params=[0, 2], ids=["plain", "df_taps=2"])
+def step(request):
+    """qcgan-35k, and with deep filtering (df_taps=2: a third DSP state, the X_c history),
+    its taps randomised (a fresh model's are 0)."""
     torch.manual_seed(0)
-    return QCGAN(qcgan_35k()).eval().step_module()
+    m = QCGAN(dataclasses.replace(qcgan_35k(), df_taps=request.param)).eval()
+    if request.param:
+        with torch.no_grad():
+            m.complex_decoder.head.weight[2:].normal_(0.0, 0.5)
+            m.complex_decoder.head.bias[2:].normal_(0.0, 0.3)
+    return m.step_module()
 
 
 def _wave(n: int) -> np.ndarray:
@@ -90,3 +99,18 @@ def test_split_runtime_uses_the_host_dsp(step):
         y_np, s_np = rt_np.step(frame, s_np)
         y_torch, s_torch = rt_torch.step(frame, s_torch)
         np.testing.assert_allclose(y_np, y_torch, atol=1e-5)
+    # a warm qsa live start rebuilds the same numpy DSP from the recorded numbers (with
+    # deep filtering: df_taps and the third DSP state) and streams bit for bit the same
+    from qsa.apps.live.warm import HostSplitRuntime, spec_of
+
+    spec = spec_of(rt_np)
+    assert spec is not None and spec.get("df_taps", 0) == step.model.config.df_taps
+    net_rt = TorchNetwork()
+    net_rt.source = "torch"
+    warm = HostSplitRuntime(net_rt, spec)
+    s_np, s_warm = rt_np.init_state(), warm.init_state()
+    for t in range(8):
+        frame = wave[t * step.hop : (t + 1) * step.hop][None]
+        y_np, s_np = rt_np.step(frame, s_np)
+        y_warm, s_warm = warm.step(frame, s_warm)
+        np.testing.assert_array_equal(y_np, y_warm)

@@ -176,6 +176,57 @@ def test_set_changes_the_config_and_init_keeps_the_weights():
                      changed=frozenset({"enc_channels"}))
 
 
+def test_set_df_taps_init_adds_zero_taps_and_keeps_the_output(tmp_path):
+    """--set df_taps=2 --init <a model without taps> (a shipped model or a run's checkpoint):
+    the complex decoder's head keeps its old 2 channels, the 4 new (deep-filter tap) channels
+    start at zero, so the new model computes exactly what the old one did; no other shape
+    change is accepted, nor fewer taps."""
+    import qsa
+    from qsa.config import config_with
+    from qsa.errors import ConfigError
+    from qsa.models.discriminator import MetricDiscriminator
+    from qsa.models.registry import build_model, preset_config
+    from qsa.train.checkpoint import save_checkpoint
+    from qsa.train.se import init_weights
+
+    base = preset_config("qcgan-35k")
+    torch.manual_seed(0)
+    x = torch.randn(1, 20 * base.hop) * 0.1
+    old = qsa.load("qcgan-35k", dequantize=True).eval()
+    torch.manual_seed(1)
+    gen = build_model(config_with(base, ["df_taps=2"]))
+    with torch.no_grad():  # not a fresh model's zero taps: the load must zero them
+        gen.complex_decoder.head.weight.normal_()
+    assert init_weights(gen, "qcgan-35k", changed=frozenset({"df_taps"})) == "generator"
+    head = gen.complex_decoder.head
+    assert head.weight.shape[0] == 6 and head.weight[2:].abs().max() == 0
+    assert torch.equal(head.weight[:2], old.complex_decoder.head.weight)
+    with torch.no_grad():
+        y_old, y_new = old(x), gen.eval()(x)
+    # the same function: a 1x1 conv with 6 outputs rounds its first 2 like the one with 2 up
+    # to float32 summation order
+    assert (y_new - y_old).abs().max() < 1e-6
+    # from a run's checkpoint: the generator fitted, the discriminator as saved
+    d0 = MetricDiscriminator()
+    save_checkpoint(tmp_path / "checkpoint.safetensors", {"generator": old, "discriminator": d0})
+    g2, d2 = build_model(config_with(base, ["df_taps=2"])), MetricDiscriminator()
+    assert init_weights(g2, str(tmp_path), d2, changed=frozenset({"df_taps"})) == (
+        "generator+discriminator")
+    assert all(torch.equal(v, d0.state_dict()[k]) for k, v in d2.state_dict().items())
+    with torch.no_grad():
+        assert torch.equal(g2.eval()(x), y_new)
+    # not named, fewer taps, or another reshaping change: refused with the reason
+    with pytest.raises(ConfigError, match=r"in \['df_taps'\]"):
+        init_weights(build_model(config_with(base, ["df_taps=2"])), "qcgan-35k")
+    with pytest.raises(ConfigError, match="from scratch"):
+        init_weights(build_model(config_with(base, ["df_taps=2", "enc_channels=8,8,16"])),
+                     "qcgan-35k", changed=frozenset({"df_taps", "enc_channels"}))
+    save_checkpoint(tmp_path / "t2" / "checkpoint.safetensors", {"generator": g2})
+    with pytest.raises(ConfigError, match="complex_decoder.head"):
+        init_weights(build_model(config_with(base, ["df_taps=1"])), str(tmp_path / "t2"),
+                     changed=frozenset({"df_taps"}))
+
+
 def test_differentiable_stoi_and_si_sdr_track_the_metrics(corpus):
     """The optional STOI and SI-SDR training losses compute the metrics they stand for: 1 -
     stoi_loss is pystoi's STOI within 0.02 on real synthetic-corpus pairs, -10 * si_sdr_loss

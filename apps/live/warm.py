@@ -41,7 +41,7 @@ def dsp_from_spec(spec: dict) -> HostDSP:
         if spec["version"] != SPEC_VERSION:
             raise ValueError(f"version {spec['version']!r}, expected {SPEC_VERSION}")
         return HostDSP(spec["n_fft"], spec["hop"], spec["window"], spec["synthesis_window"],
-                       spec["compress"], spec["eps"])  # fmt: skip
+                       spec["compress"], spec["eps"], spec.get("df_taps", 0))  # fmt: skip
     except (KeyError, TypeError, ValueError, ConfigError) as e:
         raise ExportError(f"host DSP spec unreadable ({type(e).__name__}: {e}); delete the "
                           "cache entry") from None
@@ -100,6 +100,8 @@ def spec_of(runtime: Runtime) -> dict | None:
             "n_outputs": int(runtime.n_outputs),
             "dsp_state_shapes": [list(s) for s in runtime.state_shapes[: runtime.n_dsp]],
         }
+        if getattr(host, "df_taps", 0):  # deep filter: the X_c history is a third DSP state
+            spec["df_taps"] = int(host.df_taps)
         ours = dsp_from_spec(spec)
     except (AttributeError, TypeError, ValueError, ExportError):
         return None
@@ -116,7 +118,8 @@ def _same(theirs, ours: HostDSP, spec: dict) -> bool:
         if t == 0:
             frame[:] = 0.0  # the silent start: the eps floor
         net_out = [rng.uniform(0, 1.2, (1, 1, f)).astype(np.float32),
-                   (0.1 * rng.standard_normal((1, 2, 1, f))).astype(np.float32)]  # fmt: skip
+                   (0.1 * rng.standard_normal((1, 2 + 2 * ours.df_taps, 1, f))
+                    ).astype(np.float32)]  # fmt: skip
         results = []
         for k, dsp in enumerate((theirs, ours)):
             x, aux, st = dsp.analysis(frame, *states[k])

@@ -41,6 +41,11 @@ def register(sub) -> None:
                         "folder (generator and discriminator; new optimisers and schedule)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     p.add_argument("--force", action="store_true", help="start over in an existing OUT")
+    p.add_argument("--mag-weight", type=float, default=0.9,
+                   help="weight of the compressed-magnitude MSE, the main regression term "
+                   "(default 0.9, CMGAN's)")
+    p.add_argument("--complex-weight", type=float, default=0.1,
+                   help="weight of the compressed complex-spectrum MSE (default 0.1, CMGAN's)")
     p.add_argument("--stoi-weight", type=float, default=0.0,
                    help="weight of the differentiable STOI loss, 1 - STOI (0: off)")
     p.add_argument("--sisdr-weight", type=float, default=0.0,
@@ -69,7 +74,8 @@ def register(sub) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="model_set",
                    help="change a field of the preset's config (repeatable), e.g. --set "
                         "window=64 or --set enc_channels=8,8,16; saved with the weights. "
-                        "With --init only fields that keep every weight's shape")
+                        "With --init only fields that keep every weight's shape, or "
+                        "df_taps=K (deep filtering: the new taps start at zero)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
 
@@ -86,6 +92,7 @@ def run(args) -> int:
         metric_start=args.metric_start, d_warmup=args.d_warmup,
         val_items=args.val_items, ckpt_every=args.ckpt_every,
         threads=args.threads, init=args.init, device=args.device,
+        mag_weight=args.mag_weight, complex_weight=args.complex_weight,
         stoi_weight=args.stoi_weight, sisdr_weight=args.sisdr_weight,
         pesq_weight=args.pesq_weight, select=args.select,
         balance_weight=args.balance_weight, max_balance_db=args.max_balance_db,

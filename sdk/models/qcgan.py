@@ -10,6 +10,12 @@ shared 2-core dev CPU at load average ~10: median wall time and median thread CP
     qcgan-35k           34,662     36.9   16 ms (256 / 128 hop)   28.7 ms, 11.4 ms / 8 ms
     qcgan-0.89m-causal  894,752     596   20 ms (320 / 160 hop)   7.3 ms, 7.3 ms / 10 ms
     qcgan-0.89m         894,752     597   offline (whole utterance look-ahead), 1 s in 0.04 s
+    qcgan-35k df_taps=2 34,682     37.1   16 ms (no look-ahead: past frames only)
+
+``df_taps=K`` (deep filtering, off in the presets) adds 2K outputs to the complex decoder's
+1x1 head: 10 K params (+20 at K=2) and 4 x 2K x F MACs per hop (+0.26 MMAC/s at K=2, 129
+bins, counted above), plus the filter itself in the DSP, 4 x K real MACs per bin and hop
+(+0.13 MMAC/s at K=2, elementwise, not counted), and a (2, K, F) history state (+516 floats).
 
 The eager step is bound by op overhead (~4.4K aten ops per 35k step, the quaternion packed
 path's recombinations and the norms), not by its 0.3 MMAC; exported graphs (qsa.export) are
@@ -39,6 +45,19 @@ Signal path (one set of modules for offline ``forward`` and streaming ``step``):
     upsampling convs with encoder skips): a mask decoder (bounded learnable sigmoid, applied
     to |X|^c with the noisy phase) and a complex decoder (a residual added to Re_c, Im_c)
     -> decompress -> iSTFT (overlap-add) -> wave.
+
+Deep filtering (``df_taps`` K > 0; DeepFilterNet's complex FIR over past frames, for the
+harmonics of voiced speech at low SNR): the complex decoder also predicts K complex taps
+C_k(t, f) per bin, bounded by tanh to |Re|, |Im| < 1 (so the filter cannot blow up early in
+training, and an int8 graph's output range is fixed), and with X_c = |X|^c e^{i phase} the
+noisy compressed spectrum (zero before the first frame)
+
+    Y_c(t, f) = mask X_c(t, f) + res(t, f) + sum_{k=1..K} C_k(t, f) X_c(t - k, f).
+
+Past frames only: no added latency. Head channels: 0, 1 the residual, 2k, 2k + 1 (Re, Im)
+of C_k; the tap channels start at zero, so a model with taps loaded from one without
+(``qsa train --init ... --set df_taps=K``) starts as exactly that model. Streaming keeps the
+K past X_c frames as DSP state (with the STFT buffers; ``n_dsp_state`` = 3, see init_state).
 
 Choices:
 
@@ -100,7 +119,12 @@ _EPS = 1e-8
 
 @dataclasses.dataclass(frozen=True)
 class QCGANConfig(ModelConfig):
-    """Hyperparameters of a QC-GAN generator (saved with the weights)."""
+    """Hyperparameters of a QC-GAN generator (saved with the weights).
+
+    ``df_taps``: deep filtering (DeepFilterNet). K > 0 adds K causal complex taps per bin,
+    predicted by the complex decoder and bounded by tanh, over the noisy compressed spectra
+    of the K previous frames: Y_c += sum_k C_k(t, f) X_c(t - k, f) (see the module doc). 0
+    (the presets) = off, the model as before; K in [0, 16]."""
 
     kind = "qcgan"
     VERSION = 1
@@ -121,6 +145,9 @@ class QCGANConfig(ModelConfig):
     causal: bool = True
     window: int | None = 32  # time attention span in frames (required when causal)
     mask_beta: float = 2.0  # the mask lies in (0, mask_beta)
+    # deep filtering (DeepFilterNet): K complex taps per bin over the K past noisy compressed
+    # frames, predicted by the complex decoder (2 + 2K channels), bounded by tanh; 0 = off
+    df_taps: int = 0
 
     def __post_init__(self):
         if self.sample_rate <= 0:
@@ -173,6 +200,13 @@ class QCGANConfig(ModelConfig):
             raise ConfigError(f"window={self.window}; expected None or >= 1 frames")
         if self.mask_beta <= 0:
             raise ConfigError(f"mask_beta={self.mask_beta}; expected > 0 (CMGAN uses 2.0)")
+        if isinstance(self.df_taps, bool) or not isinstance(self.df_taps, int) or not (
+            0 <= self.df_taps <= 16
+        ):
+            raise ConfigError(
+                f"df_taps={self.df_taps!r}; expected an integer number of past frames in "
+                "[0, 16] for the deep filter (0 = off, e.g. 2)"
+            )
 
     @property
     def n_freq(self) -> int:
@@ -422,7 +456,12 @@ class QCGAN(nn.Module):
         self.blocks = nn.ModuleList(TSBlock(cfg) for _ in range(cfg.num_blocks))
         self.mask_decoder = Decoder(cfg, 1)
         self.mask_act = LearnableSigmoid(cfg.n_freq, cfg.mask_beta)
-        self.complex_decoder = Decoder(cfg, 2)
+        self.df_taps = cfg.df_taps
+        self.complex_decoder = Decoder(cfg, 2 + 2 * cfg.df_taps)
+        if cfg.df_taps:
+            with torch.no_grad():  # taps start at 0: the model starts as the one without taps
+                self.complex_decoder.head.weight[2:].zero_()
+                self.complex_decoder.head.bias[2:].zero_()
 
     # -- latency / context ------------------------------------------------------------------
     @property
@@ -447,6 +486,7 @@ class QCGAN(nn.Module):
         if not cfg.causal:
             return None
         frames = cfg.num_blocks * ((cfg.window - 1) + (cfg.time_kernel - 1))
+        frames = max(frames, cfg.df_taps)  # the deep filter reads X_c(t - K) directly
         return (frames + 1) * cfg.hop + cfg.n_fft
 
     # -- shared per-frame network -----------------------------------------------------------
@@ -467,19 +507,41 @@ class QCGAN(nn.Module):
         return h, skips[:-1]
 
     def _heads(self, h, skips):
-        """-> bounded magnitude mask (B, T, F) and compressed complex residual (B, 2, T, F)."""
+        """-> bounded magnitude mask (B, T, F) and the complex decoder's (B, 2 + 2K, T, F):
+        compressed complex residual (channels 0, 1), then with deep filtering (K = df_taps)
+        the tanh-bounded taps (Re C_k, Im C_k) in channels 2k, 2k + 1, k = 1..K."""
         mask = self.mask_act(self.mask_decoder(h, skips)[:, 0])  # (B, T, F)
-        return mask, self.complex_decoder(h, skips)  # (B, 2, T, F)
+        res = self.complex_decoder(h, skips)  # (B, 2 + 2K, T, F)
+        if self.df_taps:
+            res = torch.cat([res[:, :2], torch.tanh(res[:, 2:])], dim=1)  # (B, 2 + 2K, T, F)
+        return mask, res
 
     @staticmethod
-    def _apply_heads(mask, res, mag_c, cos, sin):
-        """mask and residual on the noisy compressed spectrum -> (re_c, im_c), each (B, T, F)."""
+    def _apply_heads(mask, res, mag_c, cos, sin, past=None):
+        """mask, residual and deep-filter taps on the noisy compressed spectrum X_c -> (re_c,
+        im_c), each (B, T, F): Y_c = mask X_c + res + sum_k C_k X_c(t - k). ``past``: the
+        frames X_c(t - k) as (re, im) pairs, k = 1..K, each (B, T, F) (none when K = 0)."""
         m = mask * mag_c
-        return m * cos + res[:, 0], m * sin + res[:, 1]
+        re_c, im_c = m * cos + res[:, 0], m * sin + res[:, 1]
+        for k, (xr, xi) in enumerate(past or (), start=1):
+            cr, ci = res[:, 2 * k], res[:, 2 * k + 1]  # (B, T, F) each
+            re_c = re_c + cr * xr - ci * xi
+            im_c = im_c + cr * xi + ci * xr
+        return re_c, im_c
+
+    def _past_frames(self, mag_c, cos, sin):
+        """Offline: X_c(t - k), k = 1..K, as (re, im) pairs of (B, T, F), zeros before t = 0."""
+        xr, xi = mag_c * cos, mag_c * sin  # (B, T, F)
+        t = xr.shape[1]
+        return [
+            (F.pad(xr, (0, 0, k, 0))[:, :t], F.pad(xi, (0, 0, k, 0))[:, :t])  # (B, T, F)
+            for k in range(1, self.df_taps + 1)
+        ]
 
     def _decode(self, h, skips, mag_c, cos, sin):
         """-> compressed enhanced (re_c, im_c), each (B, T, F)."""
-        return self._apply_heads(*self._heads(h, skips), mag_c, cos, sin)
+        past = self._past_frames(mag_c, cos, sin) if self.df_taps else None
+        return self._apply_heads(*self._heads(h, skips), mag_c, cos, sin, past)
 
     def _decompress(self, re_c: torch.Tensor, im_c: torch.Tensor):
         mag_c = torch.sqrt(re_c * re_c + im_c * im_c + _EPS)
@@ -509,14 +571,24 @@ class QCGAN(nn.Module):
         return self.enhance_spec(wave).wave
 
     # -- streaming --------------------------------------------------------------------------
+    @property
+    def n_dsp_state(self) -> int:
+        """How many leading step-state tensors the DSP owns: the STFT analysis buffer and the
+        overlap-add buffer, + with deep filtering the history of the K past X_c frames."""
+        return 3 if self.df_taps else 2
+
     def init_state(self, batch: int = 1) -> tuple[torch.Tensor, ...]:
-        """Flat tuple: STFT analysis buffer, overlap-add buffer, then 4 tensors per block."""
+        """Flat tuple: STFT analysis buffer (B, N - hop), overlap-add buffer (B, N - hop),
+        [df_taps > 0: X_c history (B, 2, K, F): (re, im) x frames t-K .. t-1, oldest first],
+        then 4 tensors per block."""
         if not self.config.causal:
             raise ConfigError(
                 "this QC-GAN is non-causal (offline look-ahead); streaming needs a causal "
                 "preset such as qcgan-35k or qcgan-0.89m-causal"
             )
         state = list(self.stft.init_state(batch))
+        if self.df_taps:
+            state.append(torch.zeros(batch, 2, self.df_taps, self.config.n_freq))  # (B,2,K,F)
         for blk in self.blocks:
             state.extend(blk.init_state(batch))
         return tuple(state)
@@ -526,17 +598,25 @@ class QCGAN(nn.Module):
 
         = ``analysis`` (DSP) -> ``network_step`` (the neural network) -> ``synthesis`` (DSP):
         the split an int8 export uses (the network in the int8 graph, the DSP on the host)."""
-        x, aux, in_buf = self.analysis(frame, state[0])
-        mask, res, net_state = self.network_step(x, state[2:])
+        k = self.n_dsp_state
+        x, aux, in_buf, hist = self.analysis(frame, state[0], *state[2:k])
+        mask, res, net_state = self.network_step(x, state[k:])
         out, ola = self.synthesis(mask, res, aux, state[1])
-        return out, (in_buf, ola, *net_state)
+        return out, (in_buf, ola, *hist, *net_state)
 
-    def analysis(self, frame: torch.Tensor, in_buf: torch.Tensor):
+    def analysis(self, frame: torch.Tensor, in_buf: torch.Tensor, *history: torch.Tensor):
         """DSP front end of one hop: frame (B, hop) -> quaternion features x (B, 4, 1, F),
-        aux = (|X|^c, cos, sin) each (B, 1, F) for the synthesis, new analysis buffer."""
+        aux = (|X|^c, cos, sin) each (B, 1, F) for the synthesis [+ the X_c history
+        (B, 2, K, F) before this frame, with deep filtering], new analysis buffer, new history
+        as a tuple (empty without deep filtering; else the history shifted by this frame)."""
         re, im, in_buf = self.stft.analysis_step(frame, in_buf)  # (B, 1, F)
         x, mag_c, cos, sin = self._features(re, im)
-        return x, (mag_c, cos, sin), in_buf
+        if not self.df_taps:
+            return x, (mag_c, cos, sin), in_buf, ()
+        (hist,) = history  # (B, 2, K, F)
+        cur = torch.stack([mag_c * cos, mag_c * sin], dim=1)  # (B, 2, 1, F)
+        new_hist = torch.cat([hist[:, :, 1:], cur], dim=2)  # (B, 2, K, F)
+        return x, (mag_c, cos, sin, hist), in_buf, (new_hist,)
 
     def network_step(self, x: torch.Tensor, state: tuple[torch.Tensor, ...]):
         """The network on one frame: x (B, 4, 1, F) and the blocks' state -> mask (B, 1, F),
@@ -550,9 +630,15 @@ class QCGAN(nn.Module):
         return mask, res, tuple(new_state)
 
     def synthesis(self, mask, res, aux, ola: torch.Tensor):
-        """DSP back end: mask + residual on the noisy compressed spectrum, decompression,
-        inverse DFT and overlap-add -> (output hop (B, hop), new overlap-add buffer)."""
-        re_c, im_c = self._apply_heads(mask, res, *aux)
+        """DSP back end: mask + residual (+ deep filter over the history in ``aux``) on the
+        noisy compressed spectrum, decompression, inverse DFT and overlap-add -> (output hop
+        (B, hop), new overlap-add buffer)."""
+        past = None
+        if self.df_taps:
+            hist, kk = aux[3], self.df_taps  # (B, 2, K, F), oldest first: X_c(t-k) at K - k
+            past = [(hist[:, 0, kk - k : kk - k + 1], hist[:, 1, kk - k : kk - k + 1])
+                    for k in range(1, kk + 1)]  # fmt: skip  # (B, 1, F) each
+        re_c, im_c = self._apply_heads(mask, res, *aux[:3], past)
         re_e, im_e = self._decompress(re_c, im_c)
         return self.stft.synthesis_step(re_e, im_e, ola)
 
@@ -574,7 +660,7 @@ class NetworkStep(nn.Module):
         self.model = model
 
     def init_state(self, batch: int = 1) -> tuple[torch.Tensor, ...]:
-        return self.model.init_state(batch)[2:]
+        return self.model.init_state(batch)[self.model.n_dsp_state :]
 
     def example_input(self, batch: int = 1) -> torch.Tensor:
         return torch.zeros(batch, 4, 1, self.model.config.n_freq)  # (B, 4, 1, F)
@@ -602,20 +688,24 @@ class StepModule(nn.Module):
         return (out, *new_state)
 
     # -- the DSP / network split (qsa.export.split) ------------------------------------------
-    n_dsp_state = 2  # the STFT analysis buffer and the overlap-add buffer lead the state
+    @property
+    def n_dsp_state(self) -> int:
+        """The STFT analysis buffer and the overlap-add buffer (+ the X_c history with deep
+        filtering) lead the state."""
+        return self.model.n_dsp_state
 
     def network(self) -> NetworkStep:
         return NetworkStep(self.model)
 
     def analysis(self, frame: torch.Tensor, *dsp_state: torch.Tensor):
         """-> (network input x, aux for the synthesis, new DSP state tuple)."""
-        x, aux, in_buf = self.model.analysis(frame, dsp_state[0])
-        return x, aux, (in_buf, dsp_state[1])
+        x, aux, in_buf, hist = self.model.analysis(frame, dsp_state[0], *dsp_state[2:])
+        return x, aux, (in_buf, dsp_state[1], *hist)
 
     def synthesis(self, net_out, aux, dsp_state):
         """(mask, residual), aux, DSP state -> (output hop, new DSP state tuple)."""
         out, ola = self.model.synthesis(net_out[0], net_out[1], aux, dsp_state[1])
-        return out, (dsp_state[0], ola)
+        return out, (dsp_state[0], ola, *dsp_state[2:])
 
     def host_dsp(self) -> HostDSP:
         """The same analysis / synthesis in numpy (what a host runs per hop around an

@@ -67,6 +67,8 @@ class TrainConfig:
     threads: int = 0  # 0: torch default
     init: str = ""  # start from these weights (a packed model file or a shipped model name)
     device: str = "auto"  # auto (cuda when available) | cpu | cuda
+    mag_weight: float = 0.9  # compressed-magnitude MSE weight (LossConfig.magnitude_weight)
+    complex_weight: float = 0.1  # compressed complex MSE weight (LossConfig.complex_weight)
     stoi_weight: float = 0.0  # differentiable-STOI loss weight (LossConfig.stoi_weight)
     sisdr_weight: float = 0.0  # -SI-SDR/10 loss weight (LossConfig.sisdr_weight)
     pesq_weight: float = 0.0  # differentiable PESQ-WB proxy loss weight (LossConfig)
@@ -93,7 +95,8 @@ class TrainConfig:
         if self.d_warmup > 0 and not self.metric_gan:
             raise ConfigError(f"d_warmup={self.d_warmup} trains only the discriminator, which "
                               "metric_gan=False turns off; drop one of them")
-        for name in ("stoi_weight", "sisdr_weight", "pesq_weight", "balance_weight"):
+        for name in ("mag_weight", "complex_weight", "stoi_weight", "sisdr_weight",
+                     "pesq_weight", "balance_weight"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}={getattr(self, name)}; loss weights must be >= 0 "
                                   "(0 turns the term off)")
@@ -501,6 +504,36 @@ def _set_keys(assignments) -> frozenset[str]:
     return frozenset(str(a).partition("=")[0].strip() for a in assignments)
 
 
+# weights that may change shape under a named config change (``--set``), and how: the
+# deep filter (``QCGANConfig.df_taps``) adds complex-decoder head channels after the old ones
+_GROWING = {"df_taps": ("complex_decoder.head.weight", "complex_decoder.head.bias")}
+
+
+def fit_state_dict(theirs: dict, ours: dict, changed: frozenset[str], source: str) -> dict:
+    """``theirs`` for a model whose state dict is ``ours``: the same tensors with the same
+    shapes, except that with ``df_taps`` in ``changed`` the complex decoder's head may grow
+    (more deep-filter taps): its old output channels are copied (the residual and any old
+    taps) and the new ones start at zero, so the model computes exactly what the old one did
+    (zero taps). Anything else raises ConfigError."""
+    growable = {k for name in changed for k in _GROWING.get(name, ())}
+    bad = sorted(k for k in ours if k in theirs and theirs[k].shape != ours[k].shape)
+    grown = [k for k in bad if k in growable and theirs[k].ndim == ours[k].ndim
+             and theirs[k].shape[1:] == ours[k].shape[1:]
+             and theirs[k].shape[0] < ours[k].shape[0]]  # fmt: skip
+    if set(bad) - set(grown) or set(theirs) != set(ours):
+        rest = sorted(set(bad) - set(grown))
+        raise ConfigError(f"--init {source}: --set {sorted(changed)} changes the weights "
+                          f"({', '.join(rest[:3]) or 'other tensors'}); fine-tuning needs the "
+                          "same tensors (only a larger df_taps may add deep-filter taps): train "
+                          "that config from scratch (no --init)")  # fmt: skip
+    out = dict(theirs)
+    for k in grown:
+        new = torch.zeros_like(ours[k])
+        new[: theirs[k].shape[0]] = theirs[k]
+        out[k] = new
+    return out
+
+
 def init_weights(gen: nn.Module, source: str, disc: nn.Module | None = None,
                  changed: frozenset[str] = frozenset()) -> str:
     """Start from ``source``: fine-tuning. A packed model file or a shipped model name gives
@@ -509,7 +542,9 @@ def init_weights(gen: nn.Module, source: str, disc: nn.Module | None = None,
     optimisers, a new schedule) warm-starts without an untrained discriminator pulling the
     generator off for its first epochs. The configs must agree except in the fields named in
     ``changed`` (``qsa train --set``: e.g. a longer attention window over the same weights),
-    and every tensor must keep its shape. Returns what was loaded ("generator" or
+    and every tensor must keep its shape, except that ``--set df_taps=K`` (more deep-filter
+    taps) loads the old complex-decoder head into its first channels and zeros the new taps
+    (``fit_state_dict``). Returns what was loaded ("generator" or
     "generator+discriminator")."""
     from qsa.hub import load
 
@@ -518,9 +553,24 @@ def init_weights(gen: nn.Module, source: str, disc: nn.Module | None = None,
         modules = {"generator": gen}
         if disc is not None:
             modules["discriminator"] = disc
+        grows = any(name in _GROWING for name in changed)
         try:
-            load_checkpoint(ckpt, modules, restore_rng=False)
+            if grows:  # the generator's tensors fitted here, the discriminator's as saved
+                from qsa import safefile
+
+                from .checkpoint import FORMAT
+
+                tensors, _ = safefile.load(ckpt, kind=FORMAT)
+                pre = "module.generator."
+                theirs = {k[len(pre):]: v for k, v in tensors.items() if k.startswith(pre)}
+                gen.load_state_dict(fit_state_dict(theirs, gen.state_dict(), changed, source))
+                if disc is not None:
+                    load_checkpoint(ckpt, {"discriminator": disc}, restore_rng=False)
+            else:
+                load_checkpoint(ckpt, modules, restore_rng=False)
         except QsaError as e:
+            if isinstance(e, ConfigError):
+                raise
             raise ConfigError(f"--init {source}: {e}; pass a checkpoint of a run of the same "
                               "model") from None
         return "+".join(modules)
@@ -536,14 +586,8 @@ def init_weights(gen: nn.Module, source: str, disc: nn.Module | None = None,
         raise ConfigError(f"--init {source}: its config {a} differs from the model's {b}"
                           + (f" in {sorted(differ - changed)}" if differ else "")
                           + "; pass weights of the same model (--set may change only fields "
-                          "that keep every weight's shape)")
-    theirs, ours = src.state_dict(), gen.state_dict()
-    bad = sorted(k for k in ours if k in theirs and theirs[k].shape != ours[k].shape)
-    if bad or set(theirs) != set(ours):
-        raise ConfigError(f"--init {source}: --set {sorted(changed)} changes the weights "
-                          f"({', '.join(bad[:3]) or 'other tensors'}); fine-tuning needs the "
-                          "same tensors: train that config from scratch (no --init)")
-    gen.load_state_dict(theirs)
+                          "that keep every weight's shape, or df_taps)")
+    gen.load_state_dict(fit_state_dict(src.state_dict(), gen.state_dict(), changed, source))
     return "generator"
 
 
@@ -576,7 +620,9 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
     # the files written below load (and export) on the packed path as before
     set_quaternion_path(gen, "dense")
     gen = gen.to(device)
-    losses = GeneratorLosses(LossConfig(stoi_weight=cfg.stoi_weight,
+    losses = GeneratorLosses(LossConfig(magnitude_weight=cfg.mag_weight,
+                                        complex_weight=cfg.complex_weight,
+                                        stoi_weight=cfg.stoi_weight,
                                         sisdr_weight=cfg.sisdr_weight,
                                         pesq_weight=cfg.pesq_weight,
                                         balance_weight=cfg.balance_weight))
