@@ -30,16 +30,25 @@ QEMU's mps2-an386 / mps2-an500, semihosting file I/O, SysTick under ``-icount sh
 Measured for qcgan-35k (12-07; host gcc -O2, arm-none-eabi-gcc 12.2 -O2 hard float, QEMU 7.2):
 network int8 identical to TFLite-Micro on all 125 steps of the verification utterance (6,498
 values each) and on every intermediate tensor; Cortex-M4 / M7 output equal to the host build.
-Cortex-M4 (mps2-an386): flash 65,332 B (all code, no libm), RAM 44,560 B (35,576 static +
-8,984 stack), 1.64 M instructions per 8 ms hop (M7: 1.65 M; 1.92 M before the blocked
-kernels, 2.72 M before the lean kernels, 4.83 M with the reference kernels only): the faster
-kernels of qsa.export.c_kernels where the constants prove them exact. That is still ~2.4x a
-50 % load of a 168 MHz M4 (672,000 per hop): the graph requantises ~90K values per hop (28
-quaternion-expansion BATCH_MATMULs write 30.4K of them) and runs 263K real MACs, each value
-rounded exactly as TFLite-Micro rounds it; per op (M4, 20 hops, SysTick around each op):
-FULLY_CONNECTED 321K, BATCH_MATMUL 276K, ADD 236K, CONV_2D 213K, TRANSPOSE 125K (with the
-STFT analysis, ~60K), MUL 88K, DEPTHWISE 77K, SUB 62K, PRELU 60K, MEAN 44K, the float DSP
-~120K. Flash is within ~200 B of 64 KB: a faster kernel must pay for its code.
+Cortex-M4 (mps2-an386): flash 65,304 B (all code, no libm), RAM 44,560 B (35,576 static +
+8,984 stack), 1.56 M instructions per 8 ms hop (M7: 1.57 M; 1.64 M before the fused Hamilton
+expansions, 1.92 M before the blocked kernels, 2.72 M before the lean kernels, 4.83 M with the
+reference kernels only): the faster kernels of qsa.export.c_kernels where the constants prove
+them exact. 25 of the 28 quaternion Hamilton expansions (BATCH_MATMUL of the constant 16 x 4
+selection) are no longer materialised: the FULLY_CONNECTED / CONV_2D that read them take the
+expansion's input through ``qsa_xham`` (the same int8 values straight into the blocked
+kernel's halfword block, the weights' depth reordered (column, component) at export), planned
+in a second pass (``_Gen.fusable``: the input kept alive, no arena slot for the expansion).
+That is still ~2.3x a 50 % load of a 168 MHz M4 (672,000 per hop): each of the ~65K values per
+hop is rounded exactly as TFLite-Micro rounds it, and 263K real MACs run; per kernel (M4,
+20 hops, SysTick around each op): qsa_fcx 319K, qsa_convx 258K, qsa_addh 165K, qsa_gather4
+137K (half of it op #0 with the STFT analysis before it), qsa_addc 133K, qsa_mulf 88K,
+qsa_bmm2 81K, qsa_dwconvs 77K, qsa_reduce 66K, qsa_preluf 60K, qsa_fcxr 37K, qsa_bmm_ham 34K
+(the 3 expansions feeding a TRANSPOSE, a BATCH_MATMUL, a DEPTHWISE_CONV_2D), qsa_softmax 25K,
+the rest of the float DSP ~60K. An ADD of a constant fused into the blocked kernels as an
+epilogue was tried and measured no cheaper (qsa_addc already costs ~11 instructions a value
+once its terms are tabled per call). Flash is within ~230 B of 64 KB: a faster kernel must pay
+for its code.
 """
 
 from __future__ import annotations
@@ -269,6 +278,8 @@ class _Gen:
         self.scratch = 0
         self.n = 0
         self.dedup: dict = {}
+        self.ham: dict[int, dict] = {}  # Hamilton expansions: output tensor -> how to fuse
+        self.fuse: dict[int, int] = {}  # the ones fused (see fusable), planned for
 
     # -- tensors --------------------------------------------------------------------------
     def T(self, i: int) -> Tensor:
@@ -312,6 +323,46 @@ class _Gen:
             self.dedup[key] = name
         return self.dedup[key]
 
+    def wconst(self, data: np.ndarray) -> str:
+        """A constant int8 weight array of the generator's own (a permuted copy)."""
+        self.n += 1
+        name = f"w{self.n}"
+        self.consts.append(_carray("int8_t", name, data))
+        self.weight_bytes += data.size
+        self.const_bytes += data.size
+        return name
+
+    def _hamilton_input(self, i: int, ok: bool, depth: int, blocks: int) -> dict | None:
+        """The Hamilton expansion (qsa_bmm_ham) that tensor i is (through RESHAPE), when the
+        consumer can take it fused: its depth the four components of n columns, one block of
+        four rows per expansion batch. The consumer's weights are then ordered (column,
+        component): qsa_xham writes each column's 16 values as qsa_x4 would have expanded them
+        from the materialised expansion, so the dot products add the same products."""
+        hm = self.ham.get(self.alias.get(i, i)) if self.lean else None
+        if hm is None or not ok or depth != 4 * hm["n"] or blocks != hm["nb"]:
+            return None
+        hm["fused"] += 1
+        hm["p"] = self.params("qsa_ham_p", hm["pbody"])
+        return hm
+
+    def fusable(self) -> dict[int, int]:
+        """The expansions whose every consumer read them fused in this pass: {expansion
+        output: its input B}. generate_c's second pass plans with them (``self.fuse``: B kept
+        alive to the last consumer, no arena slot for the expansion) and drops their
+        BATCH_MATMUL (kept in a debug build, which dumps every tensor)."""
+        uses: dict[int, int] = {}
+        for op in self.g.ops:
+            if op.name != "RESHAPE":
+                for i in op.inputs:
+                    r = self.alias.get(i, i)
+                    uses[r] = uses.get(r, 0) + 1
+        out = {t: hm["b"] for t, hm in self.ham.items()
+               if hm["fused"] and hm["fused"] == uses.get(t, 0)}
+        if self.fuse and out != self.fuse:
+            raise ExportError(f"Hamilton fusion: planned {sorted(self.fuse)}, fused "
+                              f"{sorted(out)}")
+        return out
+
     # -- plan -----------------------------------------------------------------------------
     def plan(self) -> None:
         g = self.g
@@ -335,8 +386,11 @@ class _Gen:
                 first.setdefault(root(i), k)
         for i in g.outputs:
             last[root(i)] = n_ops
+        for t, b in self.fuse.items():  # a fused expansion's consumers read its input
+            last[root(b)] = max(last.get(root(b), -1), last.get(t, -1))
         self.state_in = set(state_in)
-        bufs = [r for r in first if r not in self.state_in]
+        bufs = [r for r in first if r not in self.state_in
+                and (self.debug or r not in self.fuse)]
         order = sorted(bufs, key=lambda r: -self.T(r).size * _itemsize(self.T(r).dtype))
         placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)
         self.offset: dict[int, int] = {}
@@ -650,10 +704,19 @@ class _Gen:
         if (self.lean and not runtime and depth % 4 == 0 and all(_fast_shift(s_) for _, s_ in ms)
                 and (lo, hi) == (-128, 127) and bound < _ACC_BOUND):
             mm, ss = self.i32s([m for m, _ in ms]), self.i32s([s for _, s in ms], "int8_t")
-            fn = "qsa_fcx" if depth <= 256 else "qsa_fcs"  # qsa_fcx: four rows per block
-            self.body.append(f"  {fn}({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
-                             f"{self.ptr(op.inputs[1])}, {b}, {rows}, {depth}, {units}, {mm}, "
-                             f"{ss}, {per_ch}, {o.zp});")
+            if depth > 256:
+                self.body.append(f"  qsa_fcs({self.ptr(op.outputs[0])}, "
+                                 f"{self.ptr(op.inputs[0])}, {self.ptr(op.inputs[1])}, {b}, "
+                                 f"{rows}, {depth}, {units}, {mm}, {ss}, {per_ch}, {o.zp});")
+                return
+            hm = self._hamilton_input(op.inputs[0], rows % 4 == 0, depth, rows // 4)
+            if hm is not None:  # the expansion fused: B read through qsa_xham
+                wp = self.wconst(w.data.reshape(units, 4, depth // 4).transpose(0, 2, 1))
+                xp, hp = self.ptr(hm["b"]), f"&{hm['p']}"
+            else:
+                wp, xp, hp = self.ptr(op.inputs[1]), self.ptr(op.inputs[0]), "0"
+            self.body.append(f"  qsa_fcx({self.ptr(op.outputs[0])}, {xp}, {wp}, {b}, {rows}, "
+                             f"{depth}, {units}, {mm}, {ss}, {per_ch}, {o.zp}, {hp});")
             return
         if (self.lean and runtime and not per_ch and depth % 4 == 0 and depth <= 128
                 and units <= 128 and _fast_shift(ms[0][1]) and (lo, hi) == (-128, 127)
@@ -693,9 +756,17 @@ class _Gen:
             rows, q = sel
             if (self.lean and rows == _HAMILTON_ROWS
                     and _negation_is_reflection(q, -b.zp, m, -s, o.zp)):
-                self.body.append(f"  qsa_bmm_ham({self.ptr(op.outputs[0])}, "
-                                 f"{self.ptr(op.inputs[1])}, {-b.zp}, {nb}, "
-                                 f"{K * N if bb > 1 else 0}, {N}, {2 * q}, {m}, {-s}, {o.zp});")
+                if op.outputs[0] in self.fuse and not self.debug:
+                    self.body.append("  /* fused into its consumers (qsa_xham) */")
+                else:
+                    self.body.append(f"  qsa_bmm_ham({self.ptr(op.outputs[0])}, "
+                                     f"{self.ptr(op.inputs[1])}, {-b.zp}, {nb}, "
+                                     f"{K * N if bb > 1 else 0}, {N}, {2 * q}, {m}, {-s}, "
+                                     f"{o.zp});")
+                if bb == nb:  # consumers may read B through qsa_xham (_hamilton_input)
+                    hp = f"{{{m}, {-b.zp}, {2 * q}, {-s}, {o.zp}}}"
+                    self.ham[op.outputs[0]] = {"b": op.inputs[1], "pbody": hp, "n": N,
+                                               "nb": nb, "fused": 0}
                 return
             self.body.append(f"  qsa_bmm_sel({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[1])}, "
                              f"{-b.zp}, {nb}, {K * N if bb > 1 else 0}, {M}, {K}, {N}, "
@@ -783,10 +854,21 @@ class _Gen:
             kb = self.i32s((-x.zp) * wd.sum((1, 2)) + bb.astype(np.int64).reshape(-1))
             if (self.lean and kw == 1 and sw == 1 and pw == 0 and dh == 1 and kh <= 16
                     and ow == iw):
-                fn = "qsa_convx" if iw % 4 == 0 and ic <= 64 else "qsa_convc"
-                self.body.append(f"  {fn}({self.ptr(op.outputs[0])}, "
-                                 f"{self.ptr(op.inputs[0])}, {self.ptr(op.inputs[1])}, {kb}, "
-                                 f"{mm}, {ss}, &{p});")
+                if not (iw % 4 == 0 and ic <= 64):
+                    self.body.append(f"  qsa_convc({self.ptr(op.outputs[0])}, "
+                                     f"{self.ptr(op.inputs[0])}, {self.ptr(op.inputs[1])}, "
+                                     f"{kb}, {mm}, {ss}, &{p});")
+                    return
+                # in_w 4: the four pixels of a row are the quaternion components r, i, j, k
+                hm = self._hamilton_input(op.inputs[0], nb == 1 and iw == 4 and ic % 4 == 0,
+                                          ic, ih)
+                if hm is not None:  # the expansion fused: B read through qsa_xham
+                    wp = self.wconst(w.data.reshape(oc, kh, 4, ic // 4).transpose(0, 1, 3, 2))
+                    xp, hp = self.ptr(hm["b"]), f"&{hm['p']}"
+                else:
+                    wp, xp, hp = self.ptr(op.inputs[1]), self.ptr(op.inputs[0]), "0"
+                self.body.append(f"  qsa_convx({self.ptr(op.outputs[0])}, {xp}, {wp}, {kb}, "
+                                 f"{mm}, {ss}, &{p}, {hp});")
                 return
             self.body.append(f"  qsa_convf({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
                              f"{self.ptr(op.inputs[1])}, {kb}, {mm}, {ss}, &{p});")
@@ -879,7 +961,9 @@ def generate_c(tflite_path: str | os.PathLike, out_dir: str | os.PathLike,
     ``debug``: every tensor keeps its own arena slot and ``qsa_net_debug_tensors`` lists
     them (the tests compare each op's output with TFLite-Micro's). ``lean`` (default): the
     leaner kernels of qsa.export.c_kernels where their conditions hold (all exact: the same
-    integers); False builds with the previous kernels only (the tests check both agree)."""
+    integers), with the Hamilton expansions their FULLY_CONNECTED / CONV_2D consumers can read
+    through qsa_xham left unmaterialised (a second generation pass plans the arena for them);
+    False builds with the previous kernels only (the tests check both agree)."""
     from qsa.fileio import atomic_write_text
 
     from .c_kernels import QSA_NN_H
@@ -888,13 +972,23 @@ def generate_c(tflite_path: str | os.PathLike, out_dir: str | os.PathLike,
     for i in g.inputs + g.outputs:
         if g.tensors[i].dtype != "int8":
             raise ExportError(f"graph input/output {i} is {g.tensors[i].dtype}; int8 only")
-    gen = _Gen(g, debug)
-    gen.lut_decls, gen.lut_bytes = [], 0
-    gen.rsqrt_tables = rsqrt_tables
-    gen.lean = lean
-    gen.plan()
-    for op in g.ops:
-        gen.emit(op)
+
+    def emit_all(fuse: dict[int, int]) -> _Gen:
+        gen = _Gen(g, debug)
+        gen.lut_decls, gen.lut_bytes = [], 0
+        gen.rsqrt_tables = rsqrt_tables
+        gen.lean = lean
+        gen.fuse = fuse
+        gen.plan()
+        for op in g.ops:
+            gen.emit(op)
+        return gen
+
+    gen = emit_all({})
+    fuse = gen.fusable()
+    if fuse:  # again, planned with the Hamilton expansions its consumers read fused
+        gen = emit_all(fuse)
+        gen.fusable()
     # the state: graph inputs 1.. pair with graph outputs n_out-n_state.. (same shape/quant)
     n_state = len(g.inputs) - 1
     outs = g.outputs

@@ -41,7 +41,11 @@ instructions); ``qsa_fcx`` (constant-weight FULLY_CONNECTED; small weights expan
 call; a leftover row as four copies of itself), ``qsa_fcxr`` (activation weights: the
 offsets' terms as one more group of the dot product, (x + x_off) . w + w_off sum (x + x_off))
 and ``qsa_convx`` (one-column CONV_2D, four neighbouring pixels of a row per block, expanded
-straight from the input, the filter once per call) feed it. ADD / SUB / MUL keep twice the
+straight from the input, the filter once per call) feed it; ``qsa_xham`` (12-07) writes the
+block of a Hamilton expansion's four rows straight from the expansion's input (4
+requantisations and 3 saturated negations per column, qsa_bmm_ham's integers, as halfword
+pairs in the consumer's (column, component) depth order), so ``qsa_fcx`` / ``qsa_convx`` read
+the expansion without it being materialised (h != 0). ADD / SUB / MUL keep twice the
 terms (no doubling per value) and a contiguous inner loop; MEAN / SUM requantise in SMMLAR
 form where the shift allows; TRANSPOSE / SLICE move runs of 2 or 4 bytes as one halfword /
 word and strided runs four bytes to a word.
@@ -1302,37 +1306,33 @@ static void qsa_blk4(int8_t *out, const uint32_t *xe, const int8_t *w,
     const int32_t c = qsa_rqc(e, out_off);
     int32_t a0 = kbias[u], a1 = a0, a2 = a0, a3 = a0;
     const uint32_t *p = xe;
+    /* one weight pair (w0, w1) against the four rows' pairs at p */
+#define QSA_MLAD4()                                                                    \
+  do {                                                                                 \
+    uint32_t x0, x1;                                                                   \
+    QSA_LD2(x0, x1, p); a0 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a0));                   \
+    QSA_LD2(x0, x1, p); a1 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a1));                   \
+    QSA_LD2(x0, x1, p); a2 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a2));                   \
+    QSA_LD2(x0, x1, p); a3 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a3));                   \
+  } while (0)
     if (we) {
       const uint32_t *pw = we + u * (depth >> 1);
       while (p < xend) {
-        uint32_t w0, w1, x0, x1;
+        uint32_t w0, w1;
         QSA_LD2(w0, w1, pw);
-        QSA_LD2(x0, x1, p);
-        a0 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a0));
-        QSA_LD2(x0, x1, p);
-        a1 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a1));
-        QSA_LD2(x0, x1, p);
-        a2 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a2));
-        QSA_LD2(x0, x1, p);
-        a3 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a3));
+        QSA_MLAD4();
       }
     } else {
       const int8_t *pw = w + u * depth;
       for (; p < xend; pw += 4) {
-        uint32_t wv, w0, w1, x0, x1;
+        uint32_t wv, w0, w1;
         memcpy(&wv, pw, 4);
         w0 = qsa_x16(wv);
         w1 = qsa_x16r8(wv);
-        QSA_LD2(x0, x1, p);
-        a0 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a0));
-        QSA_LD2(x0, x1, p);
-        a1 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a1));
-        QSA_LD2(x0, x1, p);
-        a2 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a2));
-        QSA_LD2(x0, x1, p);
-        a3 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a3));
+        QSA_MLAD4();
       }
     }
+#undef QSA_MLAD4
     out[3 * os] = qsa_rqf(a3 * 2, m, e, c);
     out[2 * os] = qsa_rqf(a2 * 2, m, e, c);
     out[os] = qsa_rqf(a1 * 2, m, e, c);
@@ -1340,13 +1340,71 @@ static void qsa_blk4(int8_t *out, const uint32_t *xe, const int8_t *w,
   }
 }
 
+/* the Hamilton expansion (qsa_bmm_ham) fused into its consumer's expanded block: its input
+ * offset b_off, 2 q, the requantisation m, e and the output offset off */
+typedef struct { int32_t m; int16_t b_off, q2; int8_t e, off; } qsa_ham_p;
+
+/* (lo, hi) as a halfword pair (PKHBT on the DSP extension); qsa_sat8i: saturated to int8,
+ * kept as int32 */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+static inline uint32_t qsa_pk16(int32_t lo, int32_t hi) {
+  uint32_t r;
+  __asm("pkhbt %0, %1, %2, lsl #16" : "=r"(r) : "r"(lo), "r"(hi));
+  return r;
+}
+#define qsa_sat8i(v) __ssat((v), 8)
+#else
+static inline uint32_t qsa_pk16(int32_t lo, int32_t hi) {
+  return (uint32_t)(uint16_t)lo | (uint32_t)hi << 16;
+}
+#define qsa_sat8i(v) ((int32_t)qsa_sat8(v))
+#endif
+#define QSA_RQI(acc2) qsa_sat8i(qsa_smmlar((acc2), m, c + ((acc2) >> 31)) >> e)
+
+/* the block qsa_x4 would expand from the four rows (r, i, j, k of the Hamilton product) of the
+ * materialised expansion, with the consumer's depth ordered (column, component): per column n
+ * of the components B[0..3][n] (row stride n_cols), the expansion's 16 values of that column
+ * (4 requantisations, 3 saturated negations, as qsa_bmm_ham) as the rows' halfword pairs
+ * (d0, d2) (d1, d3); B = 0: every value the zero point (a padding row). Same integers. */
+#if defined(__GNUC__)
+__attribute__((noinline)) /* one copy for qsa_fcx and qsa_convx (flash) */
+#endif
+static void qsa_xham(uint32_t *restrict xe, const int8_t *B, int32_t n_cols,
+                     const qsa_ham_p *h) {
+  const int32_t q2 = h->q2, boq2 = h->b_off * h->q2, m = h->m, e = h->e;
+  const int32_t c = qsa_rqc(e, h->off), zz = 2 * h->off;
+  const int8_t *end = B + n_cols;
+  int32_t t;
+  if (!B) {
+    for (t = 0; t < 8 * n_cols; ++t) xe[t] = (uint32_t)(uint16_t)h->off * 0x10001u;
+    return;
+  }
+  for (; B < end; ++B, xe += 8) {
+    const int32_t v0 = B[0] * q2 + boq2, v1 = B[n_cols] * q2 + boq2;
+    const int32_t v2 = B[2 * n_cols] * q2 + boq2, v3 = B[3 * n_cols] * q2 + boq2;
+    const int32_t r = QSA_RQI(v0), i = QSA_RQI(v1), jj = QSA_RQI(v2), k = QSA_RQI(v3);
+    const int32_t ni = qsa_sat8i(zz - i), nj = qsa_sat8i(zz - jj), nk = qsa_sat8i(zz - k);
+    const uint32_t w0 = qsa_pk16(r, nj), w4 = qsa_pk16(jj, r);
+    xe[0] = w0;                    /* row r:  r, -i, -j, -k */
+    xe[1] = qsa_pk16(ni, nk);
+    xe[2] = qsa_pk16(i, k);        /* row i:  i,  r,  k, -j */
+    xe[3] = w0;
+    xe[4] = w4;                    /* row j:  j, -k,  r,  i */
+    xe[5] = qsa_pk16(nk, i);
+    xe[6] = qsa_pk16(k, ni);       /* row k:  k,  j, -i,  r */
+    xe[7] = w4;
+  }
+}
+#undef QSA_RQI
+
 /* rows of x (depth a multiple of 4, <= 256) against constant int8 weights of zero point 0,
  * the fast requantisation (kbias as in qsa_fc): four rows at a time expanded once (qsa_x4 /
  * qsa_blk4); small weights (units depth <= 512) expanded once per call too; leftover rows
  * one by one. Same integers as qsa_fc. */
 static void qsa_fcx(int8_t *restrict out, const int8_t *x, const int8_t *w, const int32_t *kbias,
                     int32_t rows, int32_t depth, int32_t units, const int32_t *mult,
-                    const int8_t *shift, int32_t per_channel, int32_t out_off) {
+                    const int8_t *shift, int32_t per_channel, int32_t out_off,
+                    const qsa_ham_p *h) {
   uint32_t xe[512], we[256];
   const uint32_t *pwe = 0;
   int32_t r, n;
@@ -1354,9 +1412,12 @@ static void qsa_fcx(int8_t *restrict out, const int8_t *x, const int8_t *w, cons
     qsa_x1(we, w, units * depth);
     pwe = we;
   }
-  for (r = 0; r < rows; r += n, x += n * depth, out += n * units) {
+  for (r = 0; r < rows; r += n, x += h ? depth : n * depth, out += n * units) {
     n = rows - r >= 4 ? 4 : 1; /* a leftover row: four copies of it, one output row */
-    qsa_x4(xe, x, n == 4 ? depth : 0, depth);
+    if (h) /* the Hamilton expansion of x's four components (rows a multiple of 4) */
+      qsa_xham(xe, x, depth >> 2, h);
+    else
+      qsa_x4(xe, x, n == 4 ? depth : 0, depth);
     qsa_blk4(out, xe, w, pwe, kbias, depth, units, n == 4 ? units : 0, mult, shift,
              per_channel, out_off);
   }
@@ -1418,13 +1479,14 @@ static void qsa_fcxr(int8_t *restrict out, const int8_t *x, int32_t x_off, const
  * padding reads a row of the input zero point), the filter (out_c k_h in_c <= 512) expanded
  * once per call. Same integers as qsa_conv. */
 static void qsa_convx(int8_t *restrict out, const int8_t *x, const int8_t *f, const int32_t *kbias,
-                      const int32_t *mult, const int8_t *shift, const qsa_conv_p *p) {
+                      const int32_t *mult, const int8_t *shift, const qsa_conv_p *p,
+                      const qsa_ham_p *h) {
   int32_t n, oy, ox, ky, k;
   uint32_t xe[512], we[256], zrow[64];
   const uint32_t *pwe = 0;
   const int32_t C = p->in_c, KH = p->k_h, TC = KH * C, OC = p->out_c, off = p->out_off;
   const int32_t IH = p->in_h, W = p->in_w, OH = p->out_h;
-  const int32_t SH = p->stride_h, PH = p->pad_h, row = W * C;
+  const int32_t SH = p->stride_h, PH = p->pad_h, row = h ? C : W * C;
   const uint32_t zp4 = 0x01010101u * (uint8_t)(int8_t)(-p->in_off);
   for (k = 0; k < C; ++k) zrow[k] = zp4;
   if (OC * TC <= 512) {
@@ -1436,7 +1498,12 @@ static void qsa_convx(int8_t *restrict out, const int8_t *x, const int8_t *f, co
       for (ox = 0; ox < W; ox += 4, out += 4 * OC) {
         for (ky = 0; ky < KH; ++ky) {
           const int32_t iy = oy * SH - PH + ky;
-          qsa_x4(xe + 2 * ky * C, iy >= 0 && iy < IH ? x + iy * row + ox * C
+          if (h && oy > 0 && ky + SH < KH) /* this row's block: the tap ky + SH of the last */
+            memcpy(xe + 2 * ky * C, xe + 2 * (ky + SH) * C, 8 * (size_t)C);
+          else if (h)
+            qsa_xham(xe + 2 * ky * C, iy >= 0 && iy < IH ? x + iy * row : 0, C >> 2, h);
+          else
+            qsa_x4(xe + 2 * ky * C, iy >= 0 && iy < IH ? x + iy * row + ox * C
                                                      : (const int8_t *)zrow, C, C);
         }
         qsa_blk4(out, xe, f, pwe, kbias, TC, OC, OC, mult, shift, 1, off);

@@ -434,6 +434,7 @@ def test_lean_kernels_equal_the_reference_build(c_export, model, tmp_path):
         net = generate_c(tfl, d, lean=lean)
         text = (d / "qsa_net.c").read_text()
         assert ("qsa_bmm_ham(" in text and "qsa_fcx(" in text and "qsa_convx(" in text) == lean
+        assert ("fused into its consumers (qsa_xham)" in text) == lean
         frames = network_frames(model.step_module(), net.inputs[0], wave)
         outs.append(c_network_outputs(build_host(d, HOST_HARNESS, "net"), frames, d))
     np.testing.assert_array_equal(outs[0], outs[1])
@@ -471,7 +472,7 @@ int main(void) {
       sh[i] = (int8_t)(-1 - rnd(22));
     }
     qsa_fc((int8_t *)a, x, 0, w, 0, kb, rows, depth, units, m, sh, 1, oo, -128, 127, 0);
-    qsa_fcx((int8_t *)b, x, w, kb, rows, depth, units, m, sh, 1, oo);
+    qsa_fcx((int8_t *)b, x, w, kb, rows, depth, units, m, sh, 1, oo, 0);
     for (i = 0; i < rows * units; ++i) bad += a[i] != b[i];
     if (depth <= 128 && (rows / 4 + rows % 4) * (depth + 4) <= 256) {
       /* activation weights with an offset: qsa_fcxr against qsa_fc's runtime sums */
@@ -509,8 +510,52 @@ int main(void) {
       m[32 + i] = kb[i] + p.in_off * sw;
     }
     qsa_conv((int8_t *)a, x, w, kb, m, sh, &p, fs);
-    qsa_convx((int8_t *)b, x, w, m + 32, m, sh, &p);
+    qsa_convx((int8_t *)b, x, w, m + 32, m, sh, &p, 0);
     for (i = 0; i < OH * W * OC; ++i) bad += a[i] != b[i];
+  }
+  for (t = 0; t < 40; ++t) {
+    /* the Hamilton expansion fused (qsa_xham): qsa_fcx / qsa_convx on its input B with the
+     * weights ordered (column, component) against qsa_bmm_ham's materialised expansion */
+    static int8_t B[1024], xx[4096], wp[8192];
+    qsa_ham_p h;
+    qsa_conv_p p;
+    int N = 1 + rnd(12), nb = 1 + rnd(5), units = 1 + rnd(20), D = 4 * N, u, c, k;
+    int oo = rnd(256) - 128, KH = 1 + rnd(3), SH = 1 + rnd(2), PH = rnd(KH), OC = 1 + rnd(8);
+    h.m = (int32_t)(1073741824u + (uint32_t)rnd(1 << 30));
+    h.b_off = (int16_t)(rnd(256) - 128);
+    h.q2 = (int16_t)(2 * (1 + rnd(127)));
+    h.e = (int8_t)(7 + rnd(4));
+    h.off = (int8_t)(rnd(64) - 32);
+    for (i = 0; i < 4 * N * nb; ++i) B[i] = (int8_t)(rnd(256) - 128);
+    for (i = 0; i < units * D; ++i) w[i] = (int8_t)(rnd(256) - 128);
+    for (u = 0; u < units; ++u) {
+      kb[u] = rnd(20000) - 10000;
+      m[u] = (int32_t)(1073741824u + (uint32_t)rnd(1 << 30));
+      sh[u] = (int8_t)(-1 - rnd(22));
+      for (c = 0; c < 4; ++c)
+        for (k = 0; k < N; ++k) wp[u * D + 4 * k + c] = w[u * D + c * N + k];
+    }
+    qsa_bmm_ham(xx, B, h.b_off, nb, 4 * N, N, h.q2, h.m, h.e, h.off);
+    qsa_fcx((int8_t *)a, xx, w, kb, 4 * nb, D, units, m, sh, 1, oo, 0);
+    qsa_fcx((int8_t *)b, B, wp, kb, 4 * nb, D, units, m, sh, 1, oo, &h);
+    for (i = 0; i < 4 * nb * units; ++i) bad += a[i] != b[i];
+    /* CONV_2D: B (1, IH, 4, N) expanded to (1, IH, 4, 4N), four pixels a row */
+    p.batches = 1; p.in_h = 3 + rnd(12); p.in_w = 4; p.in_c = D;
+    p.out_h = (p.in_h + 2 * PH - KH) / SH + 1; p.out_w = 4; p.out_c = OC;
+    p.k_h = KH; p.k_w = 1; p.stride_h = SH; p.stride_w = 1; p.dil_h = 1; p.dil_w = 1;
+    p.pad_h = PH; p.pad_w = 0; p.depth_mult = 1; p.in_off = -h.off; p.out_off = oo;
+    p.lo = -128; p.hi = 127;
+    if (N > 4) continue;
+    for (i = 0; i < 4 * N * p.in_h; ++i) B[i] = (int8_t)(rnd(256) - 128);
+    for (u = 0; u < OC; ++u)
+      for (k = 0; k < KH; ++k)
+        for (c = 0; c < 4; ++c)
+          for (i = 0; i < N; ++i)
+            wp[(u * KH + k) * D + 4 * i + c] = w[(u * KH + k) * D + c * N + i];
+    qsa_bmm_ham(xx, B, h.b_off, p.in_h, 4 * N, N, h.q2, h.m, h.e, h.off);
+    qsa_convx((int8_t *)a, xx, w, kb, m, sh, &p, 0);
+    qsa_convx((int8_t *)b, B, wp, kb, m, sh, &p, &h);
+    for (i = 0; i < p.out_h * 4 * OC; ++i) bad += a[i] != b[i];
   }
   printf("%d\n", bad);
   return 0;
