@@ -32,7 +32,8 @@ def register(sub) -> None:
                         description="Speech: asterisk-core-sounds-{en,es,fr,it}-g722, "
                         "fillets-ng-data-{cs,nl}, klettres-data; noise: openttd-opensfx, "
                         "sonic-pi-samples, real babble and the generated noise bank; reverb and "
-                        "a capture chain. Split by speaker and by noise file (read with --data real:OUT).")
+                        "a capture chain. Split by speaker and by noise file (read with "
+                        "--data real:OUT).")
     r.add_argument("out", help="output folder (empty, or a corpus to replace with --force)")
     r.add_argument("--hours", type=float, required=True, help="total audio, e.g. 4 or 0.05")
     r.add_argument("--seed", type=int, default=0, help="corpus seed (default 0)")
