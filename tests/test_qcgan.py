@@ -107,6 +107,19 @@ def test_causality(name):
     assert (ya[:, cut:] - yb[:, cut:]).abs().max() > 1e-3  # and the suffix does matter
 
 
+def _stream_matches_offline(m, steps: int, batch: int):
+    """Stream ``steps`` hops of noise through ``m``; assert the stream equals the offline
+    output delayed by ``m.delay_samples``; return (input, streamed output)."""
+    torch.manual_seed(2)
+    x = torch.randn(batch, steps * m.hop) * 0.1
+    with torch.no_grad():
+        y_off = m(x)
+    y_str = _stream(m, x)
+    d = m.delay_samples
+    assert (y_str[:, d:] - y_off[:, : x.shape[1] - d]).abs().max() < 1e-4
+    return x, y_str
+
+
 @pytest.mark.parametrize("which", ["qcgan-35k", "bins-small", "qcgan-0.89m-causal"])
 def test_streaming_equals_offline(which):
     if which == "bins-small":
@@ -115,13 +128,7 @@ def test_streaming_equals_offline(which):
         m, steps, batch = _model(which), 40, 2  # > window (32): the cache evicts
     else:
         m, steps, batch = _model(which), 6, 1
-    torch.manual_seed(2)
-    x = torch.randn(batch, steps * m.hop) * 0.1
-    with torch.no_grad():
-        y_off = m(x)
-    y_str = _stream(m, x)
-    d = m.delay_samples
-    assert (y_str[:, d:] - y_off[:, : x.shape[1] - d]).abs().max() < 1e-4
+    _stream_matches_offline(m, steps, batch)
 
 
 def test_non_causal_has_no_step_but_offline_works():
@@ -346,13 +353,7 @@ def test_deep_filter_applies_causal_complex_taps():
 @pytest.mark.parametrize("taps", [1, 2])
 def test_deep_filter_streaming_equals_offline(taps):
     m, steps, batch = _df_model(taps), 36, 2  # > window (32): the cache evicts
-    torch.manual_seed(2)
-    x = torch.randn(batch, steps * m.hop) * 0.1
-    with torch.no_grad():
-        y_off = m(x)
-    y_str = _stream(m, x)
-    d = m.delay_samples
-    assert (y_str[:, d:] - y_off[:, : x.shape[1] - d]).abs().max() < 1e-4
+    x, y_str = _stream_matches_offline(m, steps, batch)
     # the StepModule / split form streams the same
     step = m.step_module()
     state, outs = step.init_state(batch), []
