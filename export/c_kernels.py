@@ -687,7 +687,7 @@ static inline int32_t qsa_dot8x4(const int8_t *x, const int8_t *w, int32_t n) {
 }
 
 /* one row x (n a multiple of 4) as halfword pairs in SMLAD order, (x0, x2), (x1, x3), ... */
-static inline void qsa_expand16(uint32_t *xe, const int8_t *x, int32_t n) {
+static inline void qsa_expand16(uint32_t *restrict xe, const int8_t *x, int32_t n) {
   int32_t k;
   for (k = 0; k < n; k += 4, xe += 2) {
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
@@ -1281,17 +1281,6 @@ static inline void qsa_x4(uint32_t *restrict xe, const int8_t *x, int32_t stride
   }
 }
 
-/* one row of n bytes (n a multiple of 4) expanded: (b0,b2) (b1,b3) per word of x */
-static inline void qsa_x1(uint32_t *restrict xe, const int8_t *x, int32_t n) {
-  int32_t k;
-  for (k = 0; k < n; k += 4, xe += 2) {
-    uint32_t v;
-    memcpy(&v, x + k, 4);
-    xe[0] = qsa_x16(v);
-    xe[1] = qsa_x16r8(v);
-  }
-}
-
 /* one block of four expanded rows (xe) against all units; weights int8 (w, sign-extended
  * per word) or, when we != 0, already expanded (we: per unit, depth / 2 words); row i of the
  * block to out + i os (os 0: four copies of one row, one output row) */
@@ -1409,7 +1398,7 @@ static void qsa_fcx(int8_t *restrict out, const int8_t *x, const int8_t *w, cons
   const uint32_t *pwe = 0;
   int32_t r, n;
   if (units * depth <= 512 && rows >= 8) {
-    qsa_x1(we, w, units * depth);
+    qsa_expand16(we, w, units * depth);
     pwe = we;
   }
   for (r = 0; r < rows; r += n, x += h ? depth : n * depth, out += n * units) {
@@ -1461,7 +1450,7 @@ static void qsa_fcxr(int8_t *restrict out, const int8_t *x, int32_t x_off, const
   for (u0 = 0; u0 < units; u0 += cu) {
     const int32_t nu = QSA_MIN(cu, units - u0);
     for (k = 0; k < nu; ++k) {
-      qsa_x1(we + k * (dp >> 1), w + (u0 + k) * depth, depth);
+      qsa_expand16(we + k * (dp >> 1), w + (u0 + k) * depth, depth);
       we[k * (dp >> 1) + (depth >> 1)] = (uint16_t)w_off;
       we[k * (dp >> 1) + (depth >> 1) + 1] = 0;
     }
@@ -1490,7 +1479,7 @@ static void qsa_convx(int8_t *restrict out, const int8_t *x, const int8_t *f, co
   const uint32_t zp4 = 0x01010101u * (uint8_t)(int8_t)(-p->in_off);
   for (k = 0; k < C; ++k) zrow[k] = zp4;
   if (OC * TC <= 512) {
-    qsa_x1(we, f, OC * TC);
+    qsa_expand16(we, f, OC * TC);
     pwe = we;
   }
   for (n = 0; n < p->batches; ++n, x += IH * row)
