@@ -1211,6 +1211,7 @@ def generate_dsp(step, net: CNetwork, out_dir: str | os.PathLike) -> list[Path]:
 
     dsp = step.host_dsp()
     n, hop, nf, c = int(dsp.n_fft), int(dsp.hop), int(dsp.n_freq), float(dsp.c)
+    gexp = float(getattr(dsp, "gain_exponent", 1.0))
     if n & (n - 1) or n < 2 * hop:
         raise ExportError(f"n_fft={n}, hop={hop}: the C DSP needs a power-of-two n_fft (radix-2 "
                           "FFT) and hop <= n_fft / 2")
@@ -1249,6 +1250,8 @@ def generate_dsp(step, net: CNetwork, out_dir: str | os.PathLike) -> list[Path]:
         "#include <math.h>", "#include <string.h>", '#include "qsa_enhancer.h"', "",
         f"#define N {n}", f"#define HOP {hop}", f"#define NF {nf}",
         f"#define COMP {c!r}f", f"#define DECOMP {1.0 / c - 1.0!r}f", f"#define EPS {eps!r}f",
+        *([f"#define GEXP1 {gexp - 1.0!r}f /* post-filter: gain_exponent - 1 */"]
+          if gexp != 1.0 else []),
         "",
         *_window_tables(dsp.window, dsp.synthesis_window),
         _farray("qsa_cos_q", np.cos(2 * np.pi * np.arange(n // 4 + 1) / n)),
@@ -1381,6 +1384,12 @@ def generate_dsp(step, net: CNetwork, out_dir: str | os.PathLike) -> list[Path]:
         "    float r1 = (float)(res[NF + i] - QSA_NET_OUT1_ZP) * QSA_NET_OUT1_SCALE;",
         "    float rc = m * cs[i] + r0, ic = m * sn[i] + r1;",
         "    float mag = sqrtf(rc * rc + ic * ic + EPS);",
+        *([  # the post-filter (gain_exponent): Y_c *= min(1, |Y_c| / |X_c|)^(g - 1)
+            "    if (mag < magc[i]) {",
+            "      float f = qsa_expf(GEXP1 * qsa_logf(mag / magc[i]));",
+            "      rc *= f; ic *= f;",
+            "      mag = sqrtf(rc * rc + ic * ic + EPS);",
+            "    }"] if gexp != 1.0 else []),
         "    float sc = qsa_expf(DECOMP * qsa_logf(mag));",
         "    re[i] = rc * sc; im[i] = -(ic * sc); /* conjugate: the inverse by a forward FFT */",
         "  }",

@@ -54,6 +54,22 @@ def _pesq_list(model, pairs) -> list[float]:
     return out
 
 
+def with_config(src: Path, dst: Path, **changes) -> Path:
+    """Copy the packed model ``src`` to ``dst`` with config fields changed (DSP settings such
+    as ``gain_exponent``, which no weight depends on); the new config is validated."""
+    from qsa import safefile
+    from qsa.config import config_from_dict
+
+    tensors, meta = safefile.load(src)
+    cfg = dict(meta["config"])
+    cfg["fields"] = {**cfg["fields"], **changes}
+    config_from_dict(cfg)  # raises ConfigError on a bad value
+    meta = {k: v for k, v in meta.items() if k != "payload_sha256"}
+    meta["config"] = cfg
+    safefile.save(dst, tensors, meta)
+    return dst
+
+
 def golden_pesq(model) -> list[float]:
     """PESQ-WB of ``model`` on the 4-item synthetic demo subset (``make_demo_set``)."""
     from qsa.audio.io import read_audio
@@ -309,6 +325,9 @@ def main() -> None:
                     help="where the weights, card and golden file go (default: sdk/weights)")
     ap.add_argument("--workers", type=int, default=2, help="metric worker processes")
     ap.add_argument("--note", default="", help="a paragraph for the model card")
+    ap.add_argument("--gain-exponent", type=float, default=None,
+                    help="ship with this post-filter exponent in the config (QCGANConfig."
+                         "gain_exponent, chosen on the validation split; default: the run's)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     from qsa.commands.eval import evaluate
@@ -320,6 +339,11 @@ def main() -> None:
     dst = Path(args.dest)
     dst.mkdir(parents=True, exist_ok=True)
     fp32, int8 = run / f"{args.name}.fp32.qsa", run / f"{args.name}.int8.qsa"
+    tmp = None
+    if args.gain_exponent is not None:  # the same weights, the DSP setting in the config
+        tmp = Path(tempfile.mkdtemp(prefix="ship_"))
+        fp32, int8 = (with_config(p, tmp / p.name, gain_exponent=args.gain_exponent)
+                      for p in (fp32, int8))  # fmt: skip
     _, meta = read_packed(fp32)
     read_packed(int8)
     models = {"fp32": load_packed(fp32), "int8": load_packed(int8)}
@@ -400,6 +424,8 @@ def main() -> None:
         lines += ["", val + "."]
     lines += [""]
     (dst / f"{args.name}.md").write_text("\n".join(lines))
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
     print("\n".join(lines))
     print(json.dumps(golden))
 

@@ -393,3 +393,49 @@ def test_deep_filter_is_refused_where_it_is_not_exported_yet(tmp_path):
     exp = EXPORTERS["tflm"](m, "int8", tmp_path / "tflm")
     with pytest.raises(ExportError, match="df_taps=2.*not exported"):
         exp.prepare()
+
+
+def _pf_model(gain_exponent: float) -> QCGAN:
+    """qcgan-35k with the post-filter and a mask head that attenuates (a fresh model's mask is
+    ~1, where the post-filter does nothing)."""
+    m = _model("qcgan-35k", gain_exponent=gain_exponent)
+    with torch.no_grad():
+        m.mask_decoder.head.bias.fill_(-0.3)
+    return m
+
+
+def test_post_filter_raises_the_gains_below_one_to_the_exponent():
+    """Each bin's linear gain G = |Y| / |X| < 1 becomes G^g, bins with G >= 1 stay (g = 1: the
+    network's output as it was); training runs through it (gradients reach the network)."""
+    for bad in (0.5, 0.99, 4.5, True, "1.3"):
+        with pytest.raises(ConfigError, match="gain_exponent"):
+            dataclasses.replace(preset_config("qcgan-35k"), gain_exponent=bad)
+    m, g = _pf_model(1.6), 1.6
+    plain = _model("qcgan-35k")
+    plain.load_state_dict(m.state_dict())
+    torch.manual_seed(3)
+    x = torch.randn(2, 20 * m.hop) * 0.1
+    with torch.no_grad():
+        y0 = plain.enhance_spec(x).spec  # (B, F, T) linear, no post-filter
+        y1 = m.enhance_spec(x).spec
+        re, im = m.stft.stft(x)
+        xs = torch.complex(re, im).transpose(1, 2)  # (B, F, T)
+    gain0 = y0.abs() / xs.abs().clamp_min(1e-12)
+    low = gain0 < 0.9
+    assert low.float().mean() > 0.2 and (~low).any()  # both kinds of bins are present
+    want = torch.where(gain0 < 1, y0 * gain0 ** (g - 1), y0)
+    # the compressed domain carries a 1e-8 floor: compare where the bins have energy
+    live = xs.abs() > 1e-3
+    err = (y1 - want).abs()[live] / xs.abs()[live]
+    assert err.max() < 1e-4, float(err.max())
+    assert (y1.abs()[live & low] < y0.abs()[live & low]).all()
+    m.train()
+    m(x).square().mean().backward()
+    m.eval()
+    grad = m.mask_decoder.head.bias.grad
+    assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0
+
+
+def test_post_filter_streams_like_offline():
+    m = _pf_model(1.6)
+    _stream_matches_offline(m, 36, 2)

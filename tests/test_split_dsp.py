@@ -17,16 +17,21 @@ import torch
 from qsa.models.qcgan import QCGAN, qcgan_35k
 
 
-@pytest.fixture(scope="module", params=[0, 2], ids=["plain", "df_taps=2"])
+@pytest.fixture(scope="module", params=[(0, 1.0), (2, 1.0), (0, 1.6)],
+                ids=["plain", "df_taps=2", "gain_exponent=1.6"])
 def step(request):
-    """qcgan-35k, and with deep filtering (df_taps=2: a third DSP state, the X_c history),
-    its taps randomised (a fresh model's are 0)."""
+    """qcgan-35k, with deep filtering (df_taps=2: a third DSP state, the X_c history), its
+    taps randomised (a fresh model's are 0), and with the post-filter (gain_exponent=1.6), its
+    mask head made to attenuate (a fresh model's mask is ~1, where the filter does nothing)."""
+    taps, g = request.param
     torch.manual_seed(0)
-    m = QCGAN(dataclasses.replace(qcgan_35k(), df_taps=request.param)).eval()
-    if request.param:
-        with torch.no_grad():
+    m = QCGAN(dataclasses.replace(qcgan_35k(), df_taps=taps, gain_exponent=g)).eval()
+    with torch.no_grad():
+        if taps:
             m.complex_decoder.head.weight[2:].normal_(0.0, 0.5)
             m.complex_decoder.head.bias[2:].normal_(0.0, 0.3)
+        if g != 1.0:
+            m.mask_decoder.head.bias.fill_(-0.3)
     return m.step_module()
 
 
@@ -105,6 +110,7 @@ def test_split_runtime_uses_the_host_dsp(step):
 
     spec = spec_of(rt_np)
     assert spec is not None and spec.get("df_taps", 0) == step.model.config.df_taps
+    assert spec.get("gain_exponent", 1.0) == step.model.config.gain_exponent
     net_rt = TorchNetwork()
     net_rt.source = "torch"
     warm = HostSplitRuntime(net_rt, spec)

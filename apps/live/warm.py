@@ -41,7 +41,8 @@ def dsp_from_spec(spec: dict) -> HostDSP:
         if spec["version"] != SPEC_VERSION:
             raise ValueError(f"version {spec['version']!r}, expected {SPEC_VERSION}")
         return HostDSP(spec["n_fft"], spec["hop"], spec["window"], spec["synthesis_window"],
-                       spec["compress"], spec["eps"], spec.get("df_taps", 0))  # fmt: skip
+                       spec["compress"], spec["eps"], spec.get("df_taps", 0),
+                       spec.get("gain_exponent", 1.0))  # fmt: skip
     except (KeyError, TypeError, ValueError, ConfigError) as e:
         raise ExportError(f"host DSP spec unreadable ({type(e).__name__}: {e}); delete the "
                           "cache entry") from None
@@ -102,6 +103,8 @@ def spec_of(runtime: Runtime) -> dict | None:
         }
         if getattr(host, "df_taps", 0):  # deep filter: the X_c history is a third DSP state
             spec["df_taps"] = int(host.df_taps)
+        if getattr(host, "gain_exponent", 1.0) != 1.0:  # the post-filter
+            spec["gain_exponent"] = float(host.gain_exponent)
         ours = dsp_from_spec(spec)
     except (AttributeError, TypeError, ValueError, ExportError):
         return None

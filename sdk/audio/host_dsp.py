@@ -18,6 +18,10 @@ frames t-K .. t-1, oldest first); ``res`` is (1, 2 + 2K, 1, F) (residual, then R
 and the synthesis adds sum_k C_k X_c(t - k):
 
     analysis(frame, in_buf, ola, hist) -> x, aux (|X|^c, cos, sin, hist), (in_buf', ola, hist')
+
+``gain_exponent`` g > 1 (``QCGANConfig.gain_exponent``, the post-filter): before
+decompression each bin's Y_c is scaled by min(1, |Y_c| / |X_c|)^(g - 1), so its linear gain
+G = |Y| / |X| below 1 becomes G^g.
 """
 
 from __future__ import annotations
@@ -31,11 +35,15 @@ class HostDSP:
     """The STFT analysis / synthesis of a QC-GAN step in numpy (see the module doc)."""
 
     def __init__(self, n_fft: int, hop: int, window, synthesis_window, compress: float,
-                 eps: float, df_taps: int = 0):  # fmt: skip
+                 eps: float, df_taps: int = 0, gain_exponent: float = 1.0):  # fmt: skip
         self.n_fft, self.hop = int(n_fft), int(hop)
         self.df_taps = int(df_taps)
         if self.df_taps < 0:
             raise ConfigError(f"host DSP: df_taps={df_taps}; expected >= 0 past frames")
+        self.gain_exponent = float(gain_exponent)
+        if not 1.0 <= self.gain_exponent <= 4.0:
+            raise ConfigError(f"host DSP: gain_exponent={gain_exponent}; expected a number in "
+                              "[1, 4] (1 = no post-filter)")  # fmt: skip
         self.window = np.asarray(window, np.float32)
         self.synthesis_window = np.asarray(synthesis_window, np.float32)
         self.c = float(compress)
@@ -56,7 +64,7 @@ class HostDSP:
         st = model.stft
         return cls(st.n_fft, st.hop, st.window.detach().numpy(),
                    st.synthesis_window.detach().numpy(), model.config.compress, _EPS,
-                   model.config.df_taps)
+                   model.config.df_taps, model.config.gain_exponent)
 
     @property
     def n_state(self) -> int:
@@ -95,6 +103,11 @@ class HostDSP:
             re_c = re_c + cr * xr - ci * xi
             im_c = im_c + cr * xi + ci * xr
         mag = np.sqrt(re_c * re_c + im_c * im_c + np.float32(self.eps))
+        if self.gain_exponent != 1.0:  # the post-filter: min(1, |Y_c| / |X_c|)^(g - 1)
+            ratio = np.minimum(mag / mag_c, np.float32(1.0))
+            f = np.exp(np.float32(self.gain_exponent - 1.0) * np.log(ratio))
+            re_c, im_c = re_c * f, im_c * f
+            mag = np.sqrt(re_c * re_c + im_c * im_c + np.float32(self.eps))
         scale = np.exp(np.float32(1.0 / self.c - 1.0) * np.log(mag))
         frame = np.fft.irfft((re_c * scale) + 1j * (im_c * scale), n=self.n_fft)  # (N,)
         acc = (frame * self.synthesis_window).astype(np.float32)
