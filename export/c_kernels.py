@@ -49,6 +49,14 @@ the expansion without it being materialised (h != 0). ADD / SUB / MUL keep twice
 terms (no doubling per value) and a contiguous inner loop; MEAN / SUM requantise in SMMLAR
 form where the shift allows; TRANSPOSE / SLICE move runs of 2 or 4 bytes as one halfword /
 word and strided runs four bytes to a word.
+
+The fast build (``generate_c(arith="fast")``: qsa_net.c defines ``QSA_ARITH_FAST`` before
+including this file; not TFLite-Micro's integers, within the bound ``qsa.export.c_export``
+states and checks): ``qsa_blk4`` takes a bias per row of its block (per_channel bit 1: a
+folded ADD of a constant), ``qsa_xham`` writes the Hamilton expansion's exact values B +
+b_off, ``qsa_lnorm`` (a layer norm in one pass), ``qsa_addprelu`` (ADD then PRELU) and
+``qsa_addg`` (ADD / SUB) requantise once, ``qsa_silu_table`` fills one table for LOGISTIC then
+MUL(x, logistic(x)). Without ``QSA_ARITH_FAST`` none of it is compiled.
 """
 
 QSA_NN_H = r"""/* qsa_nn.h: int8 kernels of a `qsa export --target c` network (generated; see
@@ -300,6 +308,19 @@ static void qsa_logistic_table(int8_t lut[256], int32_t in_zp, int32_t radius, i
   int v;
   for (v = -128; v < 128; ++v) lut[(uint8_t)v] = qsa_logistic1((int8_t)v, in_zp, radius, mult, ls);
 }
+
+#ifdef QSA_ARITH_FAST
+/* LOGISTIC then MUL(x, logistic(x)) (SiLU) as one table: both are functions of the one int8
+ * x, so the table holds the MUL's reference integers for every x (the fast build, exact) */
+QSA_INIT_CODE
+static void qsa_silu_table(int8_t lut[256], int32_t in_zp, int32_t radius, int32_t mult,
+                           int32_t ls, int32_t l_off, int32_t m, int32_t s, int32_t out_off) {
+  int v;
+  qsa_logistic_table(lut, in_zp, radius, mult, ls);
+  for (v = -128; v < 128; ++v)
+    lut[(uint8_t)v] = qsa_sat8(qsa_mbqm((v - in_zp) * (lut[(uint8_t)v] + l_off), m, s) + out_off);
+}
+#endif
 
 /* TFLM elementwise RSQRT, int8 (GetInvSqrtQuantizedMultiplierExp, reverse shift -1) */
 QSA_INIT_CODE
@@ -1284,6 +1305,66 @@ static inline void qsa_x4(uint32_t *restrict xe, const int8_t *x, int32_t stride
 /* one block of four expanded rows (xe) against all units; weights int8 (w, sign-extended
  * per word) or, when we != 0, already expanded (we: per unit, depth / 2 words); row i of the
  * block to out + i os (os 0: four copies of one row, one output row) */
+/* one weight pair (w0, w1) against the four rows' pairs at p */
+#define QSA_MLAD4()                                                                    \
+  do {                                                                                 \
+    uint32_t x0, x1;                                                                   \
+    QSA_LD2(x0, x1, p); a0 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a0));                   \
+    QSA_LD2(x0, x1, p); a1 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a1));                   \
+    QSA_LD2(x0, x1, p); a2 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a2));                   \
+    QSA_LD2(x0, x1, p); a3 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a3));                   \
+  } while (0)
+/* unit u's weights (int8 w, or expanded we) against the four rows at p .. xend: a0-a3 */
+#define QSA_BLK4_DOT()                                                                 \
+  do {                                                                                 \
+    if (we) {                                                                          \
+      const uint32_t *pw = we + u * (depth >> 1);                                      \
+      while (p < xend) {                                                               \
+        uint32_t w0, w1;                                                               \
+        QSA_LD2(w0, w1, pw);                                                           \
+        QSA_MLAD4();                                                                   \
+      }                                                                                \
+    } else {                                                                           \
+      const int8_t *pw = w + u * depth;                                                \
+      for (; p < xend; pw += 4) {                                                      \
+        uint32_t wv, w0, w1;                                                           \
+        memcpy(&wv, pw, 4);                                                            \
+        w0 = qsa_x16(wv);                                                              \
+        w1 = qsa_x16r8(wv);                                                            \
+        QSA_MLAD4();                                                                   \
+      }                                                                                \
+    }                                                                                  \
+  } while (0)
+#ifdef QSA_ARITH_FAST
+/* the fast build's qsa_blk4: nblk blocks of four rows per call (block b at xe + 2 depth b, its
+ * outputs at out + b bso), a unit's constants loaded once for all of them; per_channel bit
+ * 1: a bias per row of the block (a folded ADD). The same integers per block. */
+#define qsa_blk4(out, xe, w, we, kb, d, u, os, m, s, pc, oo) \
+  qsa_blk4n((out), (xe), (w), (we), (kb), (d), (u), (os), (m), (s), (pc), (oo), 1, 0)
+static void qsa_blk4n(int8_t *out, const uint32_t *xe, const int8_t *w,
+                      const uint32_t *we, const int32_t *kbias, int32_t depth, int32_t units,
+                      int32_t os, const int32_t *mult, const int8_t *shift, int32_t per_channel,
+                      int32_t out_off, int32_t nblk, int32_t bso) {
+  int32_t u, b;
+  const int32_t kbs = per_channel & 2 ? units : 0;
+  for (u = 0; u < units; ++u, ++out) {
+    const int32_t ch = per_channel & 1 ? u : 0, m = mult[ch], e = -shift[ch];
+    const int32_t c = qsa_rqc(e, out_off);
+    const uint32_t *p = xe;
+    int8_t *o = out;
+    for (b = 0; b < nblk; ++b, o += bso) {
+      const uint32_t *xend = p + 2 * depth;
+      int32_t a0 = kbias[u], a1 = kbias[u + kbs], a2 = kbias[u + 2 * kbs];
+      int32_t a3 = kbias[u + 3 * kbs];
+      QSA_BLK4_DOT();
+      o[3 * os] = qsa_rqf(a3 * 2, m, e, c);
+      o[2 * os] = qsa_rqf(a2 * 2, m, e, c);
+      o[os] = qsa_rqf(a1 * 2, m, e, c);
+      o[0] = qsa_rqf(a0 * 2, m, e, c);
+    }
+  }
+}
+#else
 static void qsa_blk4(int8_t *out, const uint32_t *xe, const int8_t *w,
                      const uint32_t *we, const int32_t *kbias, int32_t depth, int32_t units,
                      int32_t os, const int32_t *mult, const int8_t *shift, int32_t per_channel,
@@ -1295,39 +1376,16 @@ static void qsa_blk4(int8_t *out, const uint32_t *xe, const int8_t *w,
     const int32_t c = qsa_rqc(e, out_off);
     int32_t a0 = kbias[u], a1 = a0, a2 = a0, a3 = a0;
     const uint32_t *p = xe;
-    /* one weight pair (w0, w1) against the four rows' pairs at p */
-#define QSA_MLAD4()                                                                    \
-  do {                                                                                 \
-    uint32_t x0, x1;                                                                   \
-    QSA_LD2(x0, x1, p); a0 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a0));                   \
-    QSA_LD2(x0, x1, p); a1 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a1));                   \
-    QSA_LD2(x0, x1, p); a2 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a2));                   \
-    QSA_LD2(x0, x1, p); a3 = qsa_mlad(w1, x1, qsa_mlad(w0, x0, a3));                   \
-  } while (0)
-    if (we) {
-      const uint32_t *pw = we + u * (depth >> 1);
-      while (p < xend) {
-        uint32_t w0, w1;
-        QSA_LD2(w0, w1, pw);
-        QSA_MLAD4();
-      }
-    } else {
-      const int8_t *pw = w + u * depth;
-      for (; p < xend; pw += 4) {
-        uint32_t wv, w0, w1;
-        memcpy(&wv, pw, 4);
-        w0 = qsa_x16(wv);
-        w1 = qsa_x16r8(wv);
-        QSA_MLAD4();
-      }
-    }
-#undef QSA_MLAD4
+    QSA_BLK4_DOT();
     out[3 * os] = qsa_rqf(a3 * 2, m, e, c);
     out[2 * os] = qsa_rqf(a2 * 2, m, e, c);
     out[os] = qsa_rqf(a1 * 2, m, e, c);
     out[0] = qsa_rqf(a0 * 2, m, e, c);
   }
 }
+#endif
+#undef QSA_BLK4_DOT
+#undef QSA_MLAD4
 
 /* the Hamilton expansion (qsa_bmm_ham) fused into its consumer's expanded block: its input
  * offset b_off, 2 q, the requantisation m, e and the output offset off */
@@ -1360,6 +1418,17 @@ __attribute__((noinline)) /* one copy for qsa_fcx and qsa_convx (flash) */
 #endif
 static void qsa_xham(uint32_t *restrict xe, const int8_t *B, int32_t n_cols,
                      const qsa_ham_p *h) {
+#ifdef QSA_ARITH_FAST /* the expansion's exact values, B + b_off and their negations */
+  const int32_t bo = h->b_off;
+  const int8_t *end = B + n_cols;
+  if (!B) {
+    memset(xe, 0, 32 * (size_t)n_cols);
+    return;
+  }
+  for (; B < end; ++B, xe += 8) {
+    const int32_t r = B[0] + bo, i = B[n_cols] + bo, jj = B[2 * n_cols] + bo;
+    const int32_t k = B[3 * n_cols] + bo, ni = -i, nj = -jj, nk = -k;
+#else
   const int32_t q2 = h->q2, boq2 = h->b_off * h->q2, m = h->m, e = h->e;
   const int32_t c = qsa_rqc(e, h->off), zz = 2 * h->off;
   const int8_t *end = B + n_cols;
@@ -1373,6 +1442,7 @@ static void qsa_xham(uint32_t *restrict xe, const int8_t *B, int32_t n_cols,
     const int32_t v2 = B[2 * n_cols] * q2 + boq2, v3 = B[3 * n_cols] * q2 + boq2;
     const int32_t r = QSA_RQI(v0), i = QSA_RQI(v1), jj = QSA_RQI(v2), k = QSA_RQI(v3);
     const int32_t ni = qsa_sat8i(zz - i), nj = qsa_sat8i(zz - jj), nk = qsa_sat8i(zz - k);
+#endif
     const uint32_t w0 = qsa_pk16(r, nj), w4 = qsa_pk16(jj, r);
     xe[0] = w0;                    /* row r:  r, -i, -j, -k */
     xe[1] = qsa_pk16(ni, nk);
@@ -1401,6 +1471,23 @@ static void qsa_fcx(int8_t *restrict out, const int8_t *x, const int8_t *w, cons
     qsa_expand16(we, w, units * depth);
     pwe = we;
   }
+#ifdef QSA_ARITH_FAST
+  if (rows % 4 == 0) { /* as many blocks per qsa_blk4n call as xe holds */
+    for (r = 0; r < rows; r += 4 * n, out += 4 * n * units) {
+      int32_t b;
+      n = QSA_MIN(256 / depth, (rows - r) >> 2);
+      for (b = 0; b < n; ++b, x += h ? depth : 4 * depth) {
+        if (h)
+          qsa_xham(xe + 2 * depth * b, x, depth >> 2, h);
+        else
+          qsa_x4(xe + 2 * depth * b, x, depth, depth);
+      }
+      qsa_blk4n(out, xe, w, pwe, kbias, depth, units, units, mult, shift, per_channel, out_off,
+                n, 4 * units);
+    }
+    return;
+  }
+#endif
   for (r = 0; r < rows; r += n, x += h ? depth : n * depth, out += n * units) {
     n = rows - r >= 4 ? 4 : 1; /* a leftover row: four copies of it, one output row */
     if (h) /* the Hamilton expansion of x's four components (rows a multiple of 4) */
@@ -1469,7 +1556,11 @@ static void qsa_fcxr(int8_t *restrict out, const int8_t *x, int32_t x_off, const
  * once per call. Same integers as qsa_conv. */
 static void qsa_convx(int8_t *restrict out, const int8_t *x, const int8_t *f, const int32_t *kbias,
                       const int32_t *mult, const int8_t *shift, const qsa_conv_p *p,
-                      const qsa_ham_p *h) {
+                      const qsa_ham_p *h
+#ifdef QSA_ARITH_FAST
+                      , int32_t pc /* qsa_blk4's per_channel: 3 with a bias per row */
+#endif
+                      ) {
   int32_t n, oy, ox, ky, k;
   uint32_t xe[512], we[256], zrow[64];
   const uint32_t *pwe = 0;
@@ -1482,6 +1573,31 @@ static void qsa_convx(int8_t *restrict out, const int8_t *x, const int8_t *f, co
     qsa_expand16(we, f, OC * TC);
     pwe = we;
   }
+#ifdef QSA_ARITH_FAST
+  if (W == 4) { /* one block per output row: as many rows per qsa_blk4n call as xe holds */
+    const int32_t nbmax = 256 / TC;
+    for (n = 0; n < p->batches; ++n, x += IH * row)
+      for (oy = 0; oy < OH; oy += ox, out += 4 * OC * ox) {
+        int32_t b;
+        ox = QSA_MIN(nbmax, OH - oy); /* blocks in this call */
+        for (b = 0; b < ox; ++b) {
+          uint32_t *xb = xe + 2 * TC * b;
+          for (ky = 0; ky < KH; ++ky) {
+            const int32_t iy = (oy + b) * SH - PH + ky;
+            if (h && b > 0 && ky + SH < KH) /* the tap ky + SH of the block before */
+              memcpy(xb + 2 * ky * C, xb - 2 * TC + 2 * (ky + SH) * C, 8 * (size_t)C);
+            else if (h)
+              qsa_xham(xb + 2 * ky * C, iy >= 0 && iy < IH ? x + iy * row : 0, C >> 2, h);
+            else
+              qsa_x4(xb + 2 * ky * C, iy >= 0 && iy < IH ? x + iy * row : (const int8_t *)zrow,
+                     C, C);
+          }
+        }
+        qsa_blk4n(out, xe, f, pwe, kbias, TC, OC, OC, mult, shift, pc, off, ox, 4 * OC);
+      }
+    return;
+  }
+#endif
   for (n = 0; n < p->batches; ++n, x += IH * row)
     for (oy = 0; oy < OH; ++oy)
       for (ox = 0; ox < W; ox += 4, out += 4 * OC) {
@@ -1495,9 +1611,92 @@ static void qsa_convx(int8_t *restrict out, const int8_t *x, const int8_t *f, co
             qsa_x4(xe + 2 * ky * C, iy >= 0 && iy < IH ? x + iy * row + ox * C
                                                      : (const int8_t *)zrow, C, C);
         }
+#ifdef QSA_ARITH_FAST
+        qsa_blk4(out, xe, f, pwe, kbias, TC, OC, OC, mult, shift, pc, off);
+#else
         qsa_blk4(out, xe, f, pwe, kbias, TC, OC, OC, mult, shift, 1, off);
+#endif
       }
 }
+
+#ifdef QSA_ARITH_FAST
+/* the layer norm of the graph (MEAN, SUB, MUL, MEAN, RSQRT, MUL) as one pass per group of
+ * comps x inner values (arith fast; <= 256): d = inner x - sum over the component's inner
+ * values (the centred value, exact, inner times), q = sum d^2 over the group, the variance
+ * requantised to the graph's int8 MEAN and through its RSQRT table (r), then d r requantised
+ * once. TFLite-Micro rounds d and d^2 to int8 as well: a bounded difference. */
+typedef struct { int16_t groups, comps, inner, kq; int32_t mv, sv, v_off, r_off, my, ey, cy; }
+    qsa_lnorm_p;
+
+static void qsa_lnorm(int8_t *restrict out, const int8_t *x, const int8_t lut[256],
+                      const qsa_lnorm_p *p) {
+  int16_t dv[256];
+  const int32_t C = p->comps, N = p->inner, n = C * N;
+  int32_t g, c, i;
+  for (g = 0; g < p->groups; ++g, x += n, out += n) {
+    uint32_t q = 0;
+    int32_t r;
+    for (c = 0; c < C; ++c) {
+      const int8_t *px = x + c * N;
+      int16_t *pd = dv + c * N;
+      int32_t sum = 0;
+      for (i = 0; i < N; ++i) sum += px[i];
+      for (i = 0; i < N; ++i) {
+        const int32_t d = N * px[i] - sum;
+        pd[i] = (int16_t)d;
+        q += (uint32_t)(d * d);
+      }
+    }
+    r = 2 * (lut[(uint8_t)qsa_sat8(qsa_mbqm((int32_t)(q >> p->kq), p->mv, p->sv) + p->v_off)]
+             + p->r_off);
+    for (i = 0; i < n; ++i) out[i] = qsa_rqf(dv[i] * r, p->my, p->ey, p->cy);
+  }
+}
+#endif
+
+#ifdef QSA_ARITH_FAST
+/* ADD of two activations of the output's shape, then PRELU (alpha broadcast as bc's b
+ * operand), with one requantisation (arith fast): v = x ka + y kb + k0, both scales on a
+ * common 2^-11 grid, PRELU on the sign of v, then v (or v (alpha + ao)) requantised. */
+typedef struct { int32_t ka, kb, k0, ao, mp, ep, cp, mn, en, cn; } qsa_addprelu_p;
+
+static void qsa_addprelu(int8_t *restrict out, const int8_t *x, const int8_t *y,
+                         const int8_t *alpha, const qsa_bcast *bc, const qsa_addprelu_p *p) {
+  int32_t a, b, c, d;
+  const int32_t n3 = bc->n[3], sb3 = bc->sb[3], ka = p->ka, kb = p->kb, k0 = p->k0;
+  const int32_t ao = p->ao, mp = p->mp, ep = p->ep, cp = p->cp;
+  for (a = 0; a < bc->n[0]; ++a)
+    for (b = 0; b < bc->n[1]; ++b)
+      for (c = 0; c < bc->n[2]; ++c) {
+        const int8_t *pa = alpha + a * bc->sb[0] + b * bc->sb[1] + c * bc->sb[2];
+        for (d = 0; d < n3; ++d, pa += sb3) {
+          const int32_t v = 2 * (*x++ * ka + *y++ * kb + k0);
+          *out++ = v >= 0 ? qsa_rqf(v, mp, ep, cp) : qsa_rqf(v * (*pa + ao), p->mn, p->en, p->cn);
+        }
+      }
+}
+#endif
+
+#ifdef QSA_ARITH_FAST
+/* ADD with one requantisation (arith fast): both operands on a common 2^-11 grid, v = x ka +
+ * y kb + k0 (broadcast as qsa_addh), then v requantised once. */
+typedef struct { int32_t ka, kb, k0, m, e, c; } qsa_addg_p;
+
+static void qsa_addg(int8_t *restrict out, const int8_t *x, const int8_t *y, const qsa_bcast *bc,
+                     const qsa_addg_p *p) {
+  int32_t a, b, c, d;
+  const int32_t n3 = bc->n[3], sa3 = bc->sa[3], sb3 = bc->sb[3], ka = p->ka, kb = p->kb;
+  const int32_t k0 = p->k0, m = p->m, e = p->e, cc = p->c;
+  for (a = 0; a < bc->n[0]; ++a)
+    for (b = 0; b < bc->n[1]; ++b)
+      for (c = 0; c < bc->n[2]; ++c) {
+        const int8_t *px = x + a * bc->sa[0] + b * bc->sa[1] + c * bc->sa[2];
+        const int8_t *py = y + a * bc->sb[0] + b * bc->sb[1] + c * bc->sb[2];
+        for (d = 0; d < n3; ++d, px += sa3, py += sb3)
+          *out++ = qsa_rqf(2 * (*px * ka + *py * kb + k0), m, e, cc);
+      }
+}
+#endif
 
 /* ---- reductions (MEAN / SUM): n[4] input dims, os[4] output strides (0: reduced) ------- */
 static void qsa_reduce(int8_t *restrict out, const int8_t *x, const int16_t n[4],

@@ -8,7 +8,11 @@ with the host cc and verified), then:
 * the PCM API (C DSP around the int8 network) against torch and TFLite-Micro, SQNR and PESQ-WB
   on 20 utterances;
 * the Cortex-M4 / M7 ELFs under qemu-system-arm equal the host build (skipped, with the reason,
-  only where the Arm toolchain or QEMU is not installed), with flash / RAM / instructions.
+  only where the Arm toolchain or QEMU is not installed), with flash / RAM / instructions;
+* the fast build (``arith="fast"``, generated from the same TFLite-Micro artifact): within its
+  stated int8 bound of TFLite-Micro, PCM parity with torch, PESQ-WB within 0.02 of
+  TFLite-Micro on 20 utterances, its Cortex-M ELFs equal to its host build and cheaper per hop
+  than the exact build.
 """
 
 import logging
@@ -61,6 +65,24 @@ def c_export(model, tmp_path_factory):
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("qcgan35k-c")
     return export_c(model, out, model_name="qcgan-35k")
+
+
+@pytest.fixture(scope="module")
+def c_export_fast(c_export, model, tmp_path_factory):
+    """The fast build (arith="fast") generated from c_export's TFLite-Micro artifact and
+    verified as export_c verifies (export_c_from_tflm: the same stage export_c ends with)."""
+    from qsa.export.c_export import export_c_from_tflm
+    from qsa.export.calib import verification_utterance
+    from qsa.export.exporters import ExportResult
+
+    src = c_export.artifact.parent
+    tflm = ExportResult("tflm", "int8", src / "model.tflite", src / "report.json",
+                        c_export.report, [src / "model.tflite"])
+    step = model.step_module()  # the model c_export exported (the torch reference)
+    out = tmp_path_factory.mktemp("qcgan35k-c-fast")
+    return export_c_from_tflm(tflm, step, np.asarray(verification_utterance(), np.float32), out,
+                              "qcgan-35k", arith="fast")
+
 
 
 # -- fast: the fixed-point primitives against an independent Python reference ---------------
@@ -227,10 +249,11 @@ def test_c_pcm_parity(c_export):
 
 @pytest.mark.slow
 @needs_cc
-def test_c_pesq_within_002_of_tflm_on_20_utterances(c_export, tmp_path):
-    """Acceptance: PESQ-WB of the C build within 0.02 of the TFLite-Micro runtime, averaged
-    over 20 noisy utterances (and per utterance within 0.05)."""
-    src = c_export.artifact.parent
+@pytest.mark.parametrize("build", ["c_export", "c_export_fast"])
+def test_c_pesq_within_002_of_tflm_on_20_utterances(build, request, tmp_path):
+    """Acceptance, for the exact and the fast build: PESQ-WB of the C build within 0.02 of the
+    TFLite-Micro runtime, averaged over 20 noisy utterances (and per utterance within 0.05)."""
+    src = request.getfixturevalue(build).artifact.parent
     for p in src.glob("*.[ch]"):
         (tmp_path / p.name).write_bytes(p.read_bytes())
     exe = build_host(tmp_path, PCM_HARNESS, "pcm", sources=("qsa_net.c", "qsa_enhancer.c"))
@@ -556,6 +579,154 @@ int main(void) {
     qsa_convx((int8_t *)a, xx, w, kb, m, sh, &p, 0);
     qsa_convx((int8_t *)b, B, wp, kb, m, sh, &p, &h);
     for (i = 0; i < p.out_h * 4 * OC; ++i) bad += a[i] != b[i];
+  }
+  printf("%d\n", bad);
+  return 0;
+}
+""")
+    exe = tmp_path / "t"
+    subprocess.run([host_cc(), "-std=c99", "-O2", "-Wall", "-Wno-unused-function", "-o",
+                    str(exe), str(tmp_path / "t.c"), f"-I{tmp_path}"], check=True)
+    assert subprocess.run([str(exe)], capture_output=True, text=True,
+                          check=True).stdout.split() == ["0"]
+
+
+# -- the fast build (arith="fast") --------------------------------------------------------------
+
+def test_fast_arith_is_checked(tmp_path):
+    """arith is "exact" or "fast"; the fast build has no debug build (its intermediates are not
+    TFLite-Micro's) and builds on the lean kernels: each refused with the fix named."""
+    from qsa.export.c_export import export_c
+    from qsa.export.errors import ExportError
+
+    with pytest.raises(ExportError, match="expected one of exact, fast"):
+        generate_c(tmp_path / "none.tflite", tmp_path, arith="quick")
+    with pytest.raises(ExportError, match="debug=False"):
+        generate_c(tmp_path / "none.tflite", tmp_path, arith="fast", debug=True)
+    with pytest.raises(ExportError, match="expected one of exact, fast"):
+        export_c(None, tmp_path, arith="int4")
+
+
+def test_cli_c_arith_needs_target_c(tmp_path):
+    """`qsa export --c-arith fast` with another target is a user error (exit 2, the fix named),
+    raised before any model is loaded."""
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "qsa.cli", "export", "qcgan-35k", "--target",
+                        "onnx", "--c-arith", "fast", "-o", str(tmp_path / "x")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert "--c-arith fast applies to --target c only" in r.stderr
+
+
+@pytest.mark.slow
+def test_fast_build_within_its_bound_of_tflm(c_export_fast):
+    """The fast build's int8 outputs and state against TFLite-Micro on every step of the
+    verification utterance: within the stated bound (C_FAST_MAX_ABS_INT8 / _MEAN_ per graph
+    output tensor), checked by the export itself; its PCM parity with torch holds the int8 floor
+    and stays within 1 dB of TFLite-Micro's; the folds were made."""
+    from qsa.export import INT8_SQNR_FLOOR_DB
+    from qsa.export.c_export import C_FAST_MAX_ABS_INT8, C_FAST_MEAN_ABS_INT8
+
+    c = c_export_fast.report["c"]
+    net = c["network"]
+    assert c["arith"] == net["arith"] == "fast" and c_export_fast.report["verified"]
+    assert net["within_bound"] and net["frames"] >= 100
+    assert net["bound"] == {"max_abs_int8": C_FAST_MAX_ABS_INT8,
+                            "mean_abs_int8": C_FAST_MEAN_ABS_INT8}
+    assert len(net["per_tensor"]) == 6  # two network outputs, four state tensors
+    for r in net["per_tensor"]:
+        assert r["max_abs_diff"] <= C_FAST_MAX_ABS_INT8, r
+        assert r["mean_abs_diff"] <= C_FAST_MEAN_ABS_INT8, r
+    assert net["max_abs_diff"] == max(r["max_abs_diff"] for r in net["per_tensor"])
+    assert net["folded_adds"] > 0 and net["layer_norms"] > 0 and net["silu_tables"] > 0
+    pcm = c["pcm"]
+    assert pcm["sqnr_db_vs_torch_fp32"] >= INT8_SQNR_FLOOR_DB
+    assert pcm["sqnr_db_vs_torch_fp32"] >= pcm["tflm_sqnr_db_vs_torch_fp32"] - 1.0, pcm
+    text = (c_export_fast.artifact.parent / "qsa_net.c").read_text()
+    assert "#define QSA_ARITH_FAST 1" in text and "qsa_lnorm(" in text
+    head = (c_export_fast.artifact.parent / "qsa_net.h").read_text()
+    assert "arith fast" in head
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cpu", ["cortex-m4", "cortex-m7"])
+def test_fast_cortex_m_under_qemu_equals_host(c_export, c_export_fast, cpu):
+    """The fast build's ELF under qemu-system-arm gives its host build's PCM exactly (the DSP
+    extension's SMLAD / SSAT and the portable C compute the same integers), within the M4's
+    flash and RAM, in fewer instructions per hop than the exact build (both counted under
+    -icount shift=0 on the same utterance)."""
+    why = arm_toolchain()
+    if why:
+        require([why], "the Cortex-M build and its QEMU run")
+    r = c_export_fast.report["c"]["mcu"][cpu]
+    exact = c_export.report["c"]["mcu"][cpu]
+    assert r["equal_to_host"], r
+    assert r["hops"] == c_export_fast.report["c"]["network"]["frames"]
+    assert r["ram_bytes"] <= 48 * 1024, r
+    if cpu == "cortex-m4":
+        assert r["flash_bytes"] <= 64 * 1024, r
+    assert 100_000 < r["instructions_per_hop_mean"] < exact["instructions_per_hop_mean"]
+
+
+@needs_cc
+def test_fast_blocked_kernels_equal_the_reference_kernels(tmp_path):
+    """The fast build's qsa_fcx / qsa_convx (QSA_ARITH_FAST: several blocks of four rows per
+    qsa_blk4n call, a unit's constants loaded once for all) give qsa_fc's / qsa_conv's
+    integers on random int8 data: the batching changes no value (only the folds do)."""
+    from qsa.export.c_kernels import QSA_NN_H
+
+    (tmp_path / "qsa_nn.h").write_text(QSA_NN_H)
+    (tmp_path / "t.c").write_text(r"""#include <stdio.h>
+#define QSA_ARITH_FAST 1
+#include "qsa_nn.h"
+static uint32_t s = 7;
+static int32_t rnd(int32_t n) { s = s * 1103515245u + 12345u; return (int32_t)((s >> 8) % n); }
+int main(void) {
+  static int8_t x[8192], w[8192], a[8192], b[8192], sh[64];
+  static int32_t kb[64], m[64], kx[64], fs[4096];
+  int t, i, bad = 0;
+  for (t = 0; t < 60; ++t) {
+    int rows = 4 * (1 + rnd(20)) + (t % 3 == 0 ? 1 + rnd(3) : 0);
+    int depth = 4 * (1 + rnd(t % 2 ? 6 : 40)), units = 1 + rnd(24);
+    int oo = rnd(256) - 128;
+    for (i = 0; i < rows * depth; ++i) x[i] = (int8_t)(rnd(256) - 128);
+    for (i = 0; i < units * depth; ++i) w[i] = (int8_t)(rnd(256) - 128);
+    for (i = 0; i < units; ++i) {
+      kb[i] = rnd(20000) - 10000;
+      m[i] = (int32_t)(1073741824u + (uint32_t)rnd(1 << 30));
+      sh[i] = (int8_t)(-1 - rnd(22));
+    }
+    qsa_fc((int8_t *)a, x, 0, w, 0, kb, rows, depth, units, m, sh, 1, oo, -128, 127, 0);
+    qsa_fcx((int8_t *)b, x, w, kb, rows, depth, units, m, sh, 1, oo, 0);
+    for (i = 0; i < rows * units; ++i) bad += a[i] != b[i];
+  }
+  for (t = 0; t < 40; ++t) {
+    qsa_conv_p p;
+    int C = 4 * (1 + rnd(4)), KH = 1 + rnd(3), OC = 1 + rnd(8), IH = 3 + rnd(40);
+    int SH = 1 + rnd(2), PH = rnd(KH), OH = (IH + 2 * PH - KH) / SH + 1;
+    p.batches = 1; p.in_h = IH; p.in_w = 4; p.in_c = C; p.out_h = OH; p.out_w = 4; p.out_c = OC;
+    p.k_h = KH; p.k_w = 1; p.stride_h = SH; p.stride_w = 1; p.dil_h = 1; p.dil_w = 1;
+    p.pad_h = PH; p.pad_w = 0; p.depth_mult = 1; p.in_off = rnd(256) - 128;
+    p.out_off = rnd(256) - 128; p.lo = -128; p.hi = 127;
+    for (i = 0; i < IH * 4 * C; ++i) x[i] = (int8_t)(rnd(256) - 128);
+    for (i = 0; i < OC * KH * C; ++i) w[i] = (int8_t)(rnd(256) - 128);
+    for (i = 0; i < OC; ++i) {
+      int k, sw = 0;
+      for (k = 0; k < KH * C; ++k) sw += w[i * KH * C + k];
+      kb[i] = rnd(2000) - 1000;
+      m[i] = (int32_t)(1073741824u + (uint32_t)rnd(1 << 30));
+      sh[i] = (int8_t)(-1 - rnd(22));
+      for (k = 0; k < KH; ++k) {
+        int c, f = 0;
+        for (c = 0; c < C; ++c) f += w[(i * KH + k) * C + c];
+        fs[i * KH + k] = f;
+      }
+      kx[i] = kb[i] + p.in_off * sw; /* zero-point padding: the offset in the bias */
+    }
+    qsa_conv((int8_t *)a, x, w, kb, m, sh, &p, fs);
+    qsa_convx((int8_t *)b, x, w, kx, m, sh, &p, 0, 1);
+    for (i = 0; i < OH * 4 * OC; ++i) bad += a[i] != b[i];
   }
   printf("%d\n", bad);
   return 0;

@@ -26,6 +26,11 @@ def register(sub) -> None:
     p.add_argument(
         "--profile", choices=PROFILE_NAMES, help="check the artifact against a device budget"
     )
+    p.add_argument("--c-arith", choices=["exact", "fast"], default="exact",
+                   help="--target c only: exact (default) computes TFLite-Micro's integers; "
+                   "fast folds the bias ADDs, layer norms and SiLUs into fewer roundings "
+                   "(fewer instructions per hop), checked against TFLite-Micro within a stated "
+                   "int8 bound and against torch")
     p.add_argument("--force", action="store_true", help="overwrite an existing artifact")
     p.add_argument("--json", action="store_true",
                    help="print report.json (only it: stdout stays valid JSON) instead of a "
@@ -39,6 +44,12 @@ def register(sub) -> None:
 def run(args) -> int:
     import json
     import warnings
+
+    from qsa.errors import ConfigError
+
+    if args.c_arith != "exact" and args.target != "c":
+        raise ConfigError(f"--c-arith {args.c_arith} applies to --target c only (got --target "
+                          f"{args.target}); drop --c-arith or use --target c")
 
     import torch
 
@@ -56,7 +67,8 @@ def run(args) -> int:
         if args.target == "c":  # the int8 TFLite-Micro graph as generated C99, verified
             from qsa.export.c_export import export_c
 
-            result = export_c(model, args.output, model_name=name, force=args.force)
+            result = export_c(model, args.output, model_name=name, force=args.force,
+                              arith=args.c_arith)
         else:
             result = export_model(
                 model,
