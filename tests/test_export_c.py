@@ -87,6 +87,15 @@ def c_export_fast(c_export, model, tmp_path_factory):
 
 # -- fast: the fixed-point primitives against an independent Python reference ---------------
 
+def _run_c(folder, stdin: str = "") -> subprocess.CompletedProcess:
+    """Compile ``folder/t.c`` (with the kernels' qsa_nn.h beside it) for the host and run it on
+    ``stdin``; -> the finished process (its stdout)."""
+    exe = folder / "t"
+    subprocess.run([host_cc(), "-std=c99", "-O2", "-Wall", "-Wno-unused-function", "-o",
+                    str(exe), str(folder / "t.c"), f"-I{folder}"], check=True)
+    return subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, check=True)
+
+
 def _srdhm(a: int, b: int) -> int:
     if a == b == -(2**31):
         return 2**31 - 1
@@ -126,11 +135,8 @@ def test_fixed_point_primitives_match_reference(tmp_path):
         'while(scanf("%ld %ld %d",&a,&b,&s)==3) printf("%d %d %d\\n",'
         "qsa_srdhm((int32_t)a,(int32_t)b),qsa_rdbpot((int32_t)a,s<0?-s:s),"
         "qsa_mbqm((int32_t)(a>>8),(int32_t)b,s));return 0;}\n")
-    exe = tmp_path / "t"
-    subprocess.run([host_cc(), "-std=c99", "-O2", "-Wno-unused-function", "-o", str(exe),
-                    str(tmp_path / "t.c"), f"-I{tmp_path}"], check=True)
     lines = "\n".join(f"{a} {b} {s}" for a, b, s in zip(xs, ms, shifts, strict=True))
-    got = subprocess.run([str(exe)], input=lines, capture_output=True, text=True, check=True)
+    got = _run_c(tmp_path, lines)
     for (a, b, s), row in zip(zip(xs, ms, shifts, strict=True), got.stdout.splitlines(),
                               strict=True):
         want = (_srdhm(a, b), _rdbpot(a, abs(s)), _mbqm(a >> 8, b, s))
@@ -160,11 +166,8 @@ def test_fast_requantisation_equals_the_reference(tmp_path):
         'while(scanf("%ld %ld %d %d",&a,&m,&e,&o)==4){int32_t r=qsa_rq((int32_t)a,(int32_t)m,e);'
         'printf("%d %d %d %d\\n",qsa_rqf((int32_t)(2*a),(int32_t)m,e,qsa_rqc(e,o)),'
         'qsa_sat8(r+o),qsa_rqterm((int32_t)(2*a),(int32_t)m,e,1<<(e-1),-1),r);}return 0;}\n')
-    exe = tmp_path / "t"
-    subprocess.run([host_cc(), "-std=c99", "-O2", "-Wno-unused-function", "-o", str(exe),
-                    str(tmp_path / "t.c"), f"-I{tmp_path}"], check=True)
     lines = "\n".join(f"{a} {b} {c} {d}" for a, b, c, d in zip(acc, m, e, off, strict=True))
-    got = subprocess.run([str(exe)], input=lines, capture_output=True, text=True, check=True)
+    got = _run_c(tmp_path, lines)
     rows = np.array([[int(v) for v in r.split()] for r in got.stdout.splitlines()])
     assert len(rows) == n
     np.testing.assert_array_equal(rows[:, 0], rows[:, 1])
@@ -426,17 +429,14 @@ def test_hamilton_kernel_equals_the_selection_kernel(tmp_path):
         "qsa_bmm_sel(a,B,bo,1,0,16,4,64,sel,2*q,m,e,o);qsa_bmm_ham(b,B,bo,1,0,64,2*q,m,e,o);"
         'for(i=0;i<16*64;++i)d+=a[i]!=b[i];printf("%d\\n",d);}'
         "return 0;}\n")
-    exe = tmp_path / "t"
-    subprocess.run([host_cc(), "-std=c99", "-O2", "-Wno-unused-function", "-o", str(exe),
-                    str(tmp_path / "t.c"), f"-I{tmp_path}"], check=True)
     lines = "\n".join(" ".join(str(v) for v in c) for c in cases)
-    got = subprocess.run([str(exe)], input=lines, capture_output=True, text=True, check=True)
+    got = _run_c(tmp_path, lines)
     assert got.stdout.split() == ["0"] * len(cases)
     accs = [int(v) for v in rng.integers(-(2**24), 2**24, 400)] + [0, 1, -1, 2**29, -(2**29)]
     for _, _, m, e, _ in cases[:4]:
         stdin = "\n".join(f"{a} {m} {e}" for a in accs)
-        got = subprocess.run([str(exe), "rq"], input=stdin, capture_output=True, text=True,
-                             check=True)
+        got = subprocess.run([str(tmp_path / "t"), "rq"], input=stdin, capture_output=True,
+                             text=True, check=True)
         assert [int(v) for v in got.stdout.split()] == [_requant_py(a, m, e) for a in accs]
 
 
@@ -584,11 +584,7 @@ int main(void) {
   return 0;
 }
 """)
-    exe = tmp_path / "t"
-    subprocess.run([host_cc(), "-std=c99", "-O2", "-Wall", "-Wno-unused-function", "-o",
-                    str(exe), str(tmp_path / "t.c"), f"-I{tmp_path}"], check=True)
-    assert subprocess.run([str(exe)], capture_output=True, text=True,
-                          check=True).stdout.split() == ["0"]
+    assert _run_c(tmp_path).stdout.split() == ["0"]
 
 
 # -- the fast build (arith="fast") --------------------------------------------------------------
@@ -732,8 +728,4 @@ int main(void) {
   return 0;
 }
 """)
-    exe = tmp_path / "t"
-    subprocess.run([host_cc(), "-std=c99", "-O2", "-Wall", "-Wno-unused-function", "-o",
-                    str(exe), str(tmp_path / "t.c"), f"-I{tmp_path}"], check=True)
-    assert subprocess.run([str(exe)], capture_output=True, text=True,
-                          check=True).stdout.split() == ["0"]
+    assert _run_c(tmp_path).stdout.split() == ["0"]
