@@ -527,6 +527,12 @@ class VirtualMic:
                 self._watchdog.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._watchdog.wait(timeout=2)
+            # the server drops the dead pacat's stream on its own time: unloading the sink
+            # before that would move the stream to another sink
+            end = time.monotonic() + 1.0
+            with contextlib.suppress(QsaError):
+                while self._clock_connected() and time.monotonic() < end:
+                    time.sleep(0.01)
         try:
             mine = [m.index for m in qsa_modules(self.env) if m.instance == self.instance]
             # the source first: unloading the sink would take its source along anyway

@@ -534,6 +534,12 @@ def fit_state_dict(theirs: dict, ours: dict, changed: frozenset[str], source: st
     return out
 
 
+# config fields no weight depends on (the DSP's post-filter exponent): --init weights whose
+# config differs only there are the same model; the run keeps its own (preset / --set) value,
+# since the exponent is chosen after training (scripts/ship_weights.py --gain-exponent)
+_DSP_ONLY = frozenset({"gain_exponent"})
+
+
 def init_weights(gen: nn.Module, source: str, disc: nn.Module | None = None,
                  changed: frozenset[str] = frozenset()) -> str:
     """Start from ``source``: fine-tuning. A packed model file or a shipped model name gives
@@ -544,7 +550,8 @@ def init_weights(gen: nn.Module, source: str, disc: nn.Module | None = None,
     ``changed`` (``qsa train --set``: e.g. a longer attention window over the same weights),
     and every tensor must keep its shape, except that ``--set df_taps=K`` (more deep-filter
     taps) loads the old complex-decoder head into its first channels and zeros the new taps
-    (``fit_state_dict``). Returns what was loaded ("generator" or
+    (``fit_state_dict``). DSP-only fields (``gain_exponent``) may differ: the run keeps its
+    own. Returns what was loaded ("generator" or
     "generator+discriminator")."""
     from qsa.hub import load
 
@@ -581,7 +588,7 @@ def init_weights(gen: nn.Module, source: str, disc: nn.Module | None = None,
                           "file (.qsa), a shipped model name or a run's checkpoint") from None
     a, b = getattr(src, "config", None), getattr(gen, "config", None)
     differ = ({f.name for f in dataclasses.fields(a) if getattr(a, f.name) != getattr(b, f.name)}
-              if type(a) is type(b) and a is not None else None)
+              - _DSP_ONLY if type(a) is type(b) and a is not None else None)
     if differ is None or not differ <= changed:
         raise ConfigError(f"--init {source}: its config {a} differs from the model's {b}"
                           + (f" in {sorted(differ - changed)}" if differ else "")
