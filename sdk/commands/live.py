@@ -192,11 +192,6 @@ def _run(args: argparse.Namespace, vmic) -> int:
     session = LiveSession(processor, opts).open()
     if vmic is not None:  # the sink or the server gone: stop with that error
         vmic.watch(lambda why: setattr(session, "error", AudioError(why)))
-        try:
-            vmic.release()  # its sink, held since its creation, runs from now (before the stream)
-        except BaseException:
-            session.close()
-            raise
     try:
         final = run_session(session, json_stats=args.json_stats)
     except QsaError as e:
