@@ -5,7 +5,7 @@ PACKAGES=(espeak-ng sox libportaudio2 pulseaudio libasound2-plugins alsa-utils l
   # real speech and recorded noise for `qsa data real` (Debian main; licences in docs/data.md)
   asterisk-core-sounds-en-g722 asterisk-core-sounds-es-g722 asterisk-core-sounds-fr-g722
   asterisk-core-sounds-it-g722 fillets-ng-data-cs fillets-ng-data-nl openttd-opensfx
-  sonic-pi-samples klettres-data
+  sonic-pi-samples klettres-data ktuberling-data
   # `qsa export --target c`: the Cortex-M build and its emulated run
   gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm
   # the English-text LM corpus (`linuxdoc`: the kernel documentation's text sources)

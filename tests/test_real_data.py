@@ -41,12 +41,17 @@ def test_sources_are_found_and_split_by_speaker_and_noise_file():
     for split, speakers in real.SPEAKER_SPLITS.items():
         for s in speakers:
             # KLettres: one voice's letters and syllables per language (28-521 files)
-            assert len(files[s]) > (20 if s.startswith("klettres-") else 100), (split, s)
+            # KTuberling: one voice's stamp names per language (71-192 wideband files)
+            assert len(files[s]) > (20 if s.startswith(("klettres-", "ktuberling-")) else 100), (
+                split, s)
     import soundfile as sf
 
     # the Danish letters whose headers claim 128 kHz are left out, the rest are kept
     assert 20 <= len(files["klettres-da"]) < 57
     assert all(sf.info(f).samplerate <= 48000 for f in files["klettres-da"])
+    # KTuberling's narrowband (8 kHz) recordings are left out: fr keeps its 188 wideband files
+    assert 150 < len(files["ktuberling-fr"]) < 210
+    assert all(sf.info(f).samplerate >= real.MIN_SPEECH_RATE for f in files["ktuberling-fr"])
     train, val, test = (set(real.SPEAKER_SPLITS[s]) for s in real.SPLITS)
     assert not (train & test) and not (val & test) and not (train & val)
     # the same woman speaks en and es: one speaker, one split
@@ -72,7 +77,8 @@ def test_corpus_items_keep_their_split_and_rebuild_exactly(corpus):
     for r in rows:
         if r["speaker"] != "espeak":
             assert r["speaker"] in real.SPEAKER_SPLITS[r["split"]]
-            assert all(c.endswith((".g722", ".ogg")) for c in r["speech"]["clips"])
+            assert all(c.endswith((".g722", ".ogg", ".opus", ".wav"))
+                       for c in r["speech"]["clips"])
         else:
             assert r["split"] != "test"  # the test split is real speech only
         nz = r["noise"]

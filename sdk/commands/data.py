@@ -30,10 +30,10 @@ def register(sub) -> None:
     r = dsub.add_parser("real", help="build a seeded corpus of real human speech and recorded "
                         "noise from Debian packages (no downloads)",
                         description="Speech: asterisk-core-sounds-{en,es,fr,it}-g722, "
-                        "fillets-ng-data-{cs,nl}, klettres-data; noise: openttd-opensfx, "
-                        "sonic-pi-samples, real babble and the generated noise bank; reverb and "
-                        "a capture chain. Split by speaker and by noise file (read with "
-                        "--data real:OUT).")
+                        "fillets-ng-data-{cs,nl}, klettres-data, ktuberling-data; noise: "
+                        "openttd-opensfx, sonic-pi-samples, real babble and the generated "
+                        "noise bank; reverb and a capture chain. Split by speaker and by noise "
+                        "file (read with --data real:OUT).")
     r.add_argument("out", help="output folder (empty, or a corpus to replace with --force)")
     r.add_argument("--hours", type=float, required=True, help="total audio, e.g. 4 or 0.05")
     r.add_argument("--seed", type=int, default=0, help="corpus seed (default 0)")

@@ -18,6 +18,11 @@ Speech (``SPEAKERS``; the packages of shared/DATA.md):
   per language (20 languages, ~51 minutes, ogg at 44.1 kHz; the Danish letters whose headers
   claim 128 kHz are left out). Short, isolated items, but 20 more real voices for training:
   each language folder is one speaker ``klettres-<lang>`` (training split only).
+- ktuberling-data: KDE's stamp-drawing toy, the names of its stamps (words such as "ear",
+  "camel", "reindeer") spoken by one native speaker per language; 12 of the languages with
+  at least 40 wideband recordings (~29 minutes, ogg / opus / wav at 22.05-48 kHz; narrowband
+  8 kHz files are left out, and Galician, whose files carry a steady tone) are 12 more
+  training voices ``ktuberling-<lang>`` (corpus version 3).
 - A share of the train / val items (``synth_share``) uses espeak-ng speech of that split's
   synthetic voices (``qsa.data.synth``), so the corpus also covers what the models knew.
 
@@ -61,7 +66,7 @@ import numpy as np
 from qsa.errors import QsaError
 
 SR = 16000
-CORPUS_VERSION = 2  # 2: KLettres voices in training (val and test items unchanged)
+CORPUS_VERSION = 3  # 2: KLettres voices in training, 3: KTuberling voices (val / test unchanged)
 SPLITS = ("train", "val", "test")
 SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
 SPLIT_FRACTIONS = {"train": 0.8, "val": 0.1, "test": 0.1}
@@ -80,6 +85,10 @@ SONIC_PI_ROOT = Path("/usr/share/sonic-pi/samples")
 KLETTRES_ROOT = Path("/usr/share/klettres")
 KLETTRES_LANGS = ("ar", "cs", "da", "de", "en", "en_GB", "es", "fr", "he", "hu", "it", "lt",
                   "ml", "nb", "nds", "nl", "pt_BR", "ru", "tn", "uk")
+KTUBERLING_ROOT = Path("/usr/share/ktuberling/sounds")
+# (gl is left out: a steady tone ~20 dB below the speech runs through every file)
+KTUBERLING_LANGS = ("ca", "da", "de", "el", "en", "fr", "lt", "nn", "ru", "sl", "uk", "wa")
+MIN_SPEECH_RATE = 16000  # recordings below this rate (narrowband) are left out
 
 # speaker -> where its recordings are, the Debian package(s) and the licence
 SPEAKERS: dict[str, dict] = {
@@ -104,19 +113,26 @@ for _lang in KLETTRES_LANGS:
     SPEAKERS[f"klettres-{_lang}"] = {"source": "klettres", "lang": _lang,
                                      "packages": ["klettres-data"],
                                      "licence": "GPL-2.0-or-later", "sex": "unknown"}
+for _lang in KTUBERLING_LANGS:
+    SPEAKERS[f"ktuberling-{_lang}"] = {"source": "ktuberling", "lang": _lang,
+                                       "packages": ["ktuberling-data"],
+                                       "licence": "GPL-2.0-or-later", "sex": "unknown"}
 
 SPEAKER_SPLITS = {
     "train": ["allison", "fillets-cs-m", "fillets-cs-v", "fillets-nl-v", "fillets-cs-minor",
-              "fillets-nl-minor", *(f"klettres-{lang}" for lang in KLETTRES_LANGS)],
+              "fillets-nl-minor", *(f"klettres-{lang}" for lang in KLETTRES_LANGS),
+              *(f"ktuberling-{lang}" for lang in KTUBERLING_LANGS)],
     "val": ["fillets-nl-m"],
     "test": ["june", "carlo"],
 }
 
 # how often a split's item picks each speaker (others 1.0): Allison speaks two languages,
 # the pooled minor roles are many short parts; the 20 KLettres voices (isolated letters and
-# syllables) together make a third of the real training speech
+# syllables) and the 12 KTuberling voices (words) are drawn at 0.15 each: about a quarter
+# and a sixth of the real training speech
 SPEAKER_WEIGHTS = {"allison": 2.0, "fillets-cs-minor": 0.5, "fillets-nl-minor": 0.5,
-                   **{f"klettres-{lang}": 0.15 for lang in KLETTRES_LANGS}}
+                   **{f"klettres-{lang}": 0.15 for lang in KLETTRES_LANGS},
+                   **{f"ktuberling-{lang}": 0.15 for lang in KTUBERLING_LANGS}}
 
 NOISE_CATEGORIES = ("field", "samples", "babble", "generated")
 NOISE_SOURCES = {
@@ -133,6 +149,7 @@ LICENCES = {
     "openttd-opensfx": "CC-BY-SA-3.0 as a collection (clips CC-BY-3.0 / CC-BY-SA-3.0 / CC0)",
     "sonic-pi-samples": "CC0-1.0",
     "klettres-data": "GPL-2.0-or-later (KLettres letter and syllable recordings; KDE)",
+    "ktuberling-data": "GPL-2.0-or-later (KTuberling spoken stamp names; KDE)",
     "espeak-ng": "GPL-3.0-or-later (synthetic speech, generated)",
 }
 
@@ -150,6 +167,9 @@ def missing_packages() -> list[str]:
         present[f"fillets-ng-data-{lang}"] = any(FILLETS_ROOT.glob(f"*/{lang}/*.ogg"))
     present["klettres-data"] = all(any((KLETTRES_ROOT / lang).rglob("*.ogg"))
                                    for lang in KLETTRES_LANGS)
+    present["ktuberling-data"] = all((KTUBERLING_ROOT / lang).is_dir()
+                                     and any((KTUBERLING_ROOT / lang).iterdir())
+                                     for lang in KTUBERLING_LANGS)
     for s in SPEAKERS.values():
         if s["source"] == "asterisk":
             for d, pkg in zip(s["dirs"], s["packages"], strict=True):
@@ -189,6 +209,11 @@ def speech_files() -> dict[str, list[str]]:
     for lang in KLETTRES_LANGS:
         out[f"klettres-{lang}"] = [str(f) for f in (KLETTRES_ROOT / lang).rglob("*.ogg")
                                    if sf.info(str(f)).samplerate <= 48000]
+    for lang in KTUBERLING_LANGS:
+        out[f"ktuberling-{lang}"] = [
+            str(f) for f in (KTUBERLING_ROOT / lang).iterdir()
+            if f.suffix in (".ogg", ".opus", ".wav")
+            and MIN_SPEECH_RATE <= sf.info(str(f)).samplerate <= 48000]
     return {k: sorted(v) for k, v in out.items()}
 
 
