@@ -136,6 +136,36 @@ def test_capture_chain_acts_on_noisy_and_clean_alike():
     assert np.max(np.abs(clean)) < 32767  # the target is not clipped
 
 
+@needs_packages
+def test_noise_augmentation_acts_on_training_items_only():
+    # version 4: training field / samples noises are sped up or slowed, equalised and mixed
+    train = [real.sample_item(0, "train", i, synth_share=0.0) for i in range(200)]
+    file_items = [p for p in train if "file" in p["noise"]]
+    augmented = [p for p in file_items if "aug" in p["noise"]]
+    assert 0.5 < len(augmented) / len(file_items) < 0.9  # NOISE_AUG_PROB 0.7
+    assert any("second" in p["noise"]["aug"] for p in augmented)
+    for split in ("val", "test"):  # the evaluation items are those of version 1
+        assert not any("aug" in real.sample_item(0, split, i)["noise"] for i in range(200))
+    # the speed change scales the duration; a peaking filter has its gain at its centre
+    x = np.random.default_rng(0).standard_normal(real.SR).astype(np.float32)
+    assert abs(len(real._sped(x, 1.25)) - real.SR / 1.25) <= 2
+    assert abs(len(real._sped(x, 0.8)) - real.SR / 0.8) <= 2
+    import scipy.signal as ss
+
+    sos = real._peaking_sos(1000.0, -9.0, 1.0)
+    _, h = ss.sosfreqz(sos, worN=[1000.0, 100.0, 7000.0], fs=real.SR)
+    assert abs(20 * np.log10(abs(h[0])) + 9.0) < 0.01
+    assert abs(20 * np.log10(abs(h[1]))) < 1.0 and abs(20 * np.log10(abs(h[2]))) < 1.0
+    # an augmented item renders, and its noise differs from the same item without augmentation
+    p = augmented[0]
+    clean, noisy, _ = real.render_item(p)
+    plain = json.loads(json.dumps(p))
+    del plain["noise"]["aug"]
+    clean2, noisy2, _ = real.render_item(plain)
+    assert not np.array_equal(noisy, noisy2)
+    assert np.corrcoef(clean.astype(np.float64), clean2.astype(np.float64))[0, 1] > 0.999
+
+
 def test_missing_packages_are_named_with_the_install_command(monkeypatch, tmp_path):
     monkeypatch.setattr(real, "ASTERISK_ROOT", tmp_path / "none")
     monkeypatch.setattr(real, "OPENSFX_CAT", tmp_path / "none.cat")

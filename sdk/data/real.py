@@ -40,6 +40,12 @@ are never heard in training or validation.
 - ``babble``: 3-6 real talkers of the item's own split (not the item's speaker) summed;
 - ``generated``: the seeded numpy noise bank of ``qsa.data.noise`` (all kinds but babble).
 
+Noise augmentation (training items only, corpus version 4; ``NOISE_AUG_PROB`` of the field and
+samples items): the recording is played 0.8-1.25x as fast (pitch and tempo together, a soxr
+rate change), shaped by two peaking filters of +-9 dB at 100 Hz-6 kHz, and in half of them
+summed with a second recording of the split's pools at -9..0 dB. 48 training recordings of
+field noise and 115 of samples become many more noises; the test noise files stay unheard.
+
 Mixing: speech clips of one speaker (with 0.1-0.4 s gaps) until 2-8 s, reverberated in
 a third of the items (a seeded shoebox room; the target is the direct path + 50 ms, as in
 ``qsa.data.synth``), noise at an SNR uniform in [-5, 25] dB (train) or one of 0 / 5 / 10 dB
@@ -66,7 +72,8 @@ import numpy as np
 from qsa.errors import QsaError
 
 SR = 16000
-CORPUS_VERSION = 3  # 2: KLettres voices in training, 3: KTuberling voices (val / test unchanged)
+CORPUS_VERSION = 4  # 2: KLettres voices, 3: KTuberling voices, 4: noise augmentation; all in
+# training only (the validation and test items are those of version 1)
 SPLITS = ("train", "val", "test")
 SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
 SPLIT_FRACTIONS = {"train": 0.8, "val": 0.1, "test": 0.1}
@@ -77,6 +84,9 @@ SPEECH_S = (2.0, 8.0)
 REVERB_PROB = 1 / 3
 HIGHPASS_PROB, BAND_PROB, AGC_PROB, CLIP_PROB = 0.5, 0.4, 0.3, 0.1
 SYNTH_SHARE = 0.2
+NOISE_AUG_PROB = 0.7  # share of training field / samples items whose noise is augmented
+NOISE_SPEED = (0.8, 1.25)
+NOISE_EQ_DB, NOISE_EQ_HZ = 9.0, (100.0, 6000.0)
 
 ASTERISK_ROOT = Path("/usr/share/asterisk/sounds")
 FILLETS_ROOT = Path("/usr/share/games/fillets-ng/sound")
@@ -392,6 +402,8 @@ def sample_item(seed: int, split: str, index: int, synth_share: float = SYNTH_SH
         pool = noise_files()[cat][split]
         nz["file"] = pool[int(rng.integers(len(pool)))]
         nz["licence"] = NOISE_SOURCES[cat]["licence"]
+        if split == "train" and rng.random() < NOISE_AUG_PROB:
+            nz["aug"] = _draw_noise_aug(rng, split)
     elif cat == "babble":
         others = [s for s in speakers if s != p["speaker"]] or speakers
         nz["talkers"] = []
@@ -427,6 +439,54 @@ def sample_item(seed: int, split: str, index: int, synth_share: float = SYNTH_SH
     return p
 
 
+def _draw_noise_aug(rng: np.random.Generator, split: str) -> dict:
+    """Speed, two peaking filters and maybe a second recording for a file noise."""
+    lo, hi = np.log(NOISE_EQ_HZ)
+    aug: dict = {
+        "speed": round(float(np.exp(rng.uniform(*np.log(NOISE_SPEED)))), 4),
+        "eq": [{"hz": round(float(np.exp(rng.uniform(lo, hi))), 1),
+                "gain_db": round(float(rng.uniform(-NOISE_EQ_DB, NOISE_EQ_DB)), 2),
+                "q": round(float(rng.uniform(0.5, 2.0)), 2)} for _ in range(2)],
+    }
+    if rng.random() < 0.5:
+        cat2 = ("field", "samples")[int(rng.integers(2))]
+        pool = noise_files()[cat2][split]
+        aug["second"] = {"file": pool[int(rng.integers(len(pool)))],
+                         "gain_db": round(float(rng.uniform(-9.0, 0.0)), 2),
+                         "licence": NOISE_SOURCES[cat2]["licence"]}
+    return aug
+
+
+def _peaking_sos(hz: float, gain_db: float, q: float) -> np.ndarray:
+    """One peaking-EQ biquad (the Audio EQ Cookbook's) as a second-order section."""
+    a = 10 ** (gain_db / 40)
+    w = 2 * np.pi * hz / SR
+    alpha = np.sin(w) / (2 * q)
+    b = np.array([1 + alpha * a, -2 * np.cos(w), 1 - alpha * a])
+    den = np.array([1 + alpha / a, -2 * np.cos(w), 1 - alpha / a])
+    return np.concatenate([b / den[0], den / den[0]])[None]
+
+
+def _augment_noise(x: np.ndarray, aug: dict, n: int, rng: np.random.Generator) -> np.ndarray:
+    """A file noise ``x`` (n samples) after ``aug``'s filters and second recording."""
+    import scipy.signal as ss
+
+    for eq in aug["eq"]:
+        x = ss.sosfilt(_peaking_sos(eq["hz"], eq["gain_db"], eq["q"]), x)
+    if "second" in aug:
+        y = _fit(_sped(load_noise(aug["second"]["file"]), aug["speed"]), n, rng)
+        x = x / max(_rms(x), 1e-12) + y / max(_rms(y), 1e-12) * 10 ** (
+            aug["second"]["gain_db"] / 20)
+    return x
+
+
+def _sped(x: np.ndarray, speed: float) -> np.ndarray:
+    """``x`` played ``speed`` times as fast (pitch and tempo together)."""
+    from qsa.audio.resample import resample
+
+    return x if speed == 1.0 else resample(x, round(SR * speed), SR)
+
+
 def _rms(x: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(x, dtype=np.float64))))
 
@@ -450,8 +510,11 @@ def _noise(params: dict, n: int) -> np.ndarray:
 
     nz = params["noise"]
     rng = np.random.default_rng(nz["seed"])
+    aug = nz.get("aug")
     if "file" in nz:
-        x = _fit(load_noise(nz["file"]), n, rng)
+        src = load_noise(nz["file"])
+        src = _sped(src, aug["speed"]) if aug else src
+        x = _fit(src, n, rng)
     elif "talkers" in nz:
         x = np.zeros(n)
         for t in nz["talkers"]:
@@ -463,7 +526,9 @@ def _noise(params: dict, n: int) -> np.ndarray:
     for _ in range(16):  # a silent window of a sparse recording: draw another one
         if _rms(x) >= 1e-5 or "file" not in nz:
             break
-        x = _fit(load_noise(nz["file"]), n, rng)
+        x = _fit(src, n, rng)
+    if aug:
+        x = _augment_noise(x, aug, n, rng)
     return x / max(_rms(x), 1e-12)
 
 
