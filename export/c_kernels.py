@@ -56,7 +56,12 @@ states and checks): ``qsa_blk4`` takes a bias per row of its block (per_channel 
 folded ADD of a constant), ``qsa_xham`` writes the Hamilton expansion's exact values B +
 b_off, ``qsa_lnorm`` (a layer norm in one pass), ``qsa_addprelu`` (ADD then PRELU) and
 ``qsa_addg`` (ADD / SUB) requantise once, ``qsa_silu_table`` fills one table for LOGISTIC then
-MUL(x, logistic(x)). Without ``QSA_ARITH_FAST`` none of it is compiled.
+MUL(x, logistic(x)). Tuned for instructions per hop (12-07, the same integers as before):
+``qsa_blk4n`` two weight words per turn, one loop per kind of weights, ``qsa_rqa`` (the
+requantisation from acc itself, SMMLAR against 2 m - 2^32); ``qsa_convx`` expands each input
+row once into a sliding buffer of rows (block stride SH rows); ``qsa_xham`` writes six pairs
+with STRDs; ``qsa_dwconvs`` hoists each channel's constants. Without ``QSA_ARITH_FAST`` none of
+it is compiled.
 """
 
 QSA_NN_H = r"""/* qsa_nn.h: int8 kernels of a `qsa export --target c` network (generated; see
@@ -611,6 +616,15 @@ static inline int8_t qsa_rqf(int32_t acc2, int32_t m, int32_t e, int32_t c) {
   return qsa_ssat8(qsa_smmlar(acc2, m, c + (acc2 >> 31)) >> e);
 }
 
+#ifdef QSA_ARITH_FAST
+/* qsa_rqf(2 acc, m, e, c) from acc itself: with m2 = 2 m - 2^32 (as int32; m in [2^30, 2^31)),
+ * acc m2 = 2 acc m - acc 2^32, so SMMLAR(acc, m2, c + acc + [acc < 0]) = SMMLAR(2 acc, m,
+ * c + [acc < 0]): one instruction less per output, the same integers (|acc| < 2^30) */
+static inline int8_t qsa_rqa(int32_t acc, int32_t m2, int32_t e, int32_t c) {
+  return qsa_ssat8(qsa_smmlar(acc, m2, c + acc + (acc >> 31)) >> e);
+}
+#endif
+
 /* the unsaturated rescale of one ADD operand, e in [0, 22] (k = e ? -1 : 0, h = 2^(e-1) or 0) */
 static inline int32_t qsa_rqterm(int32_t acc2, int32_t m, int32_t e, int32_t h, int32_t k) {
   return qsa_smmlar(acc2, m, h + ((acc2 >> 31) & k)) >> e;
@@ -1106,10 +1120,17 @@ static void qsa_dwconvs(int8_t *restrict out, const int8_t *x, const int8_t *f,
   const int32_t off = p->out_off;
   const uint32_t zp4 = 0x01010101u * (uint8_t)(int8_t)(-p->in_off);
   for (c = 0; c < C / 4; ++c) zrow[c] = zp4;
+#ifdef QSA_ARITH_FAST /* each channel's requantisation constants once per call (qsa_rqa) */
+  int32_t m2c[128], cc[128];
+#endif
   for (c = 0; c < C; ++c) {
     int32_t fs = 0;
     for (t = 0; t < KH * KW; ++t) fs += f[t * C + c];
     kbias[c] = (bias ? bias[c] : 0) + p->in_off * fs;
+#ifdef QSA_ARITH_FAST
+    m2c[c] = (int32_t)((uint32_t)mult[c] << 1);
+    cc[c] = qsa_rqc(-shift[c], off);
+#endif
   }
   for (n = 0; n < p->batches; ++n)
     for (oy = 0; oy < p->out_h; ++oy)
@@ -1147,12 +1168,19 @@ static void qsa_dwconvs(int8_t *restrict out, const int8_t *x, const int8_t *f,
             a3 += px[3] * pf[3];
 #endif
           }
+#ifdef QSA_ARITH_FAST
+          out[0] = qsa_rqa(a0, m2c[c], -shift[c], cc[c]);
+          out[1] = qsa_rqa(a1, m2c[c + 1], -shift[c + 1], cc[c + 1]);
+          out[2] = qsa_rqa(a2, m2c[c + 2], -shift[c + 2], cc[c + 2]);
+          out[3] = qsa_rqa(a3, m2c[c + 3], -shift[c + 3], cc[c + 3]);
+#else
           {
             const int32_t acc[4] = {a0, a1, a2, a3};
             for (t = 0; t < 4; ++t)
               out[t] = qsa_rqf(acc[t] * 2, mult[c + t], -shift[c + t],
                                qsa_rqc(-shift[c + t], off));
           }
+#endif
         }
       }
 }
@@ -1336,34 +1364,74 @@ static inline void qsa_x4(uint32_t *restrict xe, const int8_t *x, int32_t stride
     }                                                                                  \
   } while (0)
 #ifdef QSA_ARITH_FAST
-/* the fast build's qsa_blk4: nblk blocks of four rows per call (block b at xe + 2 depth b, its
- * outputs at out + b bso), a unit's constants loaded once for all of them; per_channel bit
- * 1: a bias per row of the block (a folded ADD). The same integers per block. */
+/* the fast build's qsa_blk4: nblk blocks of four rows per call (block b at xe + b xs words,
+ * xs 0: 2 depth, the blocks back to back; its outputs at out + b bso), a unit's constants
+ * loaded once for all of them; per_channel bit 1: a bias per row of the block (a folded ADD).
+ * Two weight words per turn of the dot product; the requantisation as qsa_rqa. The same
+ * integers per block. */
 #define qsa_blk4(out, xe, w, we, kb, d, u, os, m, s, pc, oo) \
-  qsa_blk4n((out), (xe), (w), (we), (kb), (d), (u), (os), (m), (s), (pc), (oo), 1, 0)
+  qsa_blk4n((out), (xe), (w), (we), (kb), (d), (u), (os), (m), (s), (pc), (oo), 1, 0, 0)
+/* one int8 weight word (pw, advanced) against the four rows' pairs at p (advanced) */
+#define QSA_W8()                                                                       \
+  do {                                                                                 \
+    uint32_t wv, w0, w1;                                                               \
+    memcpy(&wv, pw, 4);                                                                \
+    pw += 4;                                                                           \
+    w0 = qsa_x16(wv);                                                                  \
+    w1 = qsa_x16r8(wv);                                                                \
+    QSA_MLAD4();                                                                       \
+  } while (0)
+/* one expanded weight pair (pw, advanced) against the four rows' pairs at p (advanced) */
+#define QSA_W16()                                                                      \
+  do {                                                                                 \
+    uint32_t w0, w1;                                                                   \
+    QSA_LD2(w0, w1, pw);                                                               \
+    QSA_MLAD4();                                                                       \
+  } while (0)
+/* qsa_blk4n's loops for one kind of weights (WT: int8_t, STEP QSA_W8, PW0 w + u depth; or
+ * uint32_t expanded, QSA_W16, we + u depth / 2): no test of the kind per block */
+#define QSA_BLK4N_BODY(WT, STEP, PW0)                                                  \
+  for (u = 0; u < units; ++u, ++out) {                                                 \
+    const int32_t ch = per_channel & 1 ? u : 0, m2 = (int32_t)((uint32_t)mult[ch] << 1); \
+    const int32_t e = -shift[ch], c = qsa_rqc(e, out_off);                             \
+    const uint32_t *xb = xe;                                                           \
+    const WT *pw0 = PW0;                                                               \
+    int8_t *o = out;                                                                   \
+    int32_t b4[4]; /* the block's biases: two LDRDs per block */                       \
+    b4[0] = kbias[u];                                                                  \
+    b4[1] = kbias[u + kbs];                                                            \
+    b4[2] = kbias[u + 2 * kbs];                                                        \
+    b4[3] = kbias[u + 3 * kbs];                                                        \
+    for (b = 0; b < nblk; ++b, o += bso, xb += xs) {                                   \
+      const uint32_t *p = xb;                                                          \
+      const WT *pw = pw0;                                                              \
+      int32_t a0 = b4[0], a1 = b4[1], a2 = b4[2], a3 = b4[3];                          \
+      if (nw & 1) STEP();                                                              \
+      for (k = nw >> 1; k > 0; --k) {                                                  \
+        STEP();                                                                        \
+        STEP();                                                                        \
+      }                                                                                \
+      o[os3] = qsa_rqa(a3, m2, e, c);                                                  \
+      o[2 * os] = qsa_rqa(a2, m2, e, c);                                               \
+      o[os] = qsa_rqa(a1, m2, e, c);                                                   \
+      o[0] = qsa_rqa(a0, m2, e, c);                                                    \
+    }                                                                                  \
+  }
 static void qsa_blk4n(int8_t *out, const uint32_t *xe, const int8_t *w,
                       const uint32_t *we, const int32_t *kbias, int32_t depth, int32_t units,
                       int32_t os, const int32_t *mult, const int8_t *shift, int32_t per_channel,
-                      int32_t out_off, int32_t nblk, int32_t bso) {
-  int32_t u, b;
-  const int32_t kbs = per_channel & 2 ? units : 0;
-  for (u = 0; u < units; ++u, ++out) {
-    const int32_t ch = per_channel & 1 ? u : 0, m = mult[ch], e = -shift[ch];
-    const int32_t c = qsa_rqc(e, out_off);
-    const uint32_t *p = xe;
-    int8_t *o = out;
-    for (b = 0; b < nblk; ++b, o += bso) {
-      const uint32_t *xend = p + 2 * depth;
-      int32_t a0 = kbias[u], a1 = kbias[u + kbs], a2 = kbias[u + 2 * kbs];
-      int32_t a3 = kbias[u + 3 * kbs];
-      QSA_BLK4_DOT();
-      o[3 * os] = qsa_rqf(a3 * 2, m, e, c);
-      o[2 * os] = qsa_rqf(a2 * 2, m, e, c);
-      o[os] = qsa_rqf(a1 * 2, m, e, c);
-      o[0] = qsa_rqf(a0 * 2, m, e, c);
-    }
-  }
+                      int32_t out_off, int32_t nblk, int32_t bso, int32_t xs) {
+  int32_t u, b, k;
+  const int32_t kbs = per_channel & 2 ? units : 0, nw = depth >> 2, os3 = 3 * os;
+  if (!xs) xs = 2 * depth;
+  if (we)
+    QSA_BLK4N_BODY(uint32_t, QSA_W16, we + u * (depth >> 1))
+  else
+    QSA_BLK4N_BODY(int8_t, QSA_W8, w + u * depth)
 }
+#undef QSA_BLK4N_BODY
+#undef QSA_W8
+#undef QSA_W16
 #else
 static void qsa_blk4(int8_t *out, const uint32_t *xe, const int8_t *w,
                      const uint32_t *we, const int32_t *kbias, int32_t depth, int32_t units,
@@ -1400,7 +1468,12 @@ static inline uint32_t qsa_pk16(int32_t lo, int32_t hi) {
   return r;
 }
 #define qsa_sat8i(v) __ssat((v), 8)
+#define qsa_neg16(x) __ssub16(0u, (x)) /* both halfwords negated */
 #else
+static inline uint32_t qsa_neg16(uint32_t x) {
+  return (uint32_t)(uint16_t)(-(int32_t)(int16_t)(x & 0xFFFFu))
+         | (uint32_t)(-(int32_t)(int16_t)(x >> 16)) << 16;
+}
 static inline uint32_t qsa_pk16(int32_t lo, int32_t hi) {
   return (uint32_t)(uint16_t)lo | (uint32_t)hi << 16;
 }
@@ -1425,9 +1498,18 @@ static void qsa_xham(uint32_t *restrict xe, const int8_t *B, int32_t n_cols,
     memset(xe, 0, 32 * (size_t)n_cols);
     return;
   }
-  for (; B < end; ++B, xe += 8) {
+  for (; B < end; ++B) { /* six distinct pairs, two of them negated as pairs; STRDs */
     const int32_t r = B[0] + bo, i = B[n_cols] + bo, jj = B[2 * n_cols] + bo;
-    const int32_t k = B[3 * n_cols] + bo, ni = -i, nj = -jj, nk = -k;
+    const int32_t k = B[3 * n_cols] + bo;
+    const uint32_t ik = qsa_pk16(i, k), rnj = qsa_pk16(r, -jj), jr = qsa_pk16(jj, r);
+    const uint32_t nki = qsa_pk16(-k, i);
+    const uint32_t nik = qsa_neg16(ik), kni = qsa_neg16(nki);
+    QSA_ST2(rnj, nik, xe); /* row r:  r, -i, -j, -k */
+    QSA_ST2(ik, rnj, xe);  /* row i:  i,  r,  k, -j */
+    QSA_ST2(jr, nki, xe);  /* row j:  j, -k,  r,  i */
+    QSA_ST2(kni, jr, xe);  /* row k:  k,  j, -i,  r */
+  }
+}
 #else
   const int32_t q2 = h->q2, boq2 = h->b_off * h->q2, m = h->m, e = h->e;
   const int32_t c = qsa_rqc(e, h->off), zz = 2 * h->off;
@@ -1442,7 +1524,6 @@ static void qsa_xham(uint32_t *restrict xe, const int8_t *B, int32_t n_cols,
     const int32_t v2 = B[2 * n_cols] * q2 + boq2, v3 = B[3 * n_cols] * q2 + boq2;
     const int32_t r = QSA_RQI(v0), i = QSA_RQI(v1), jj = QSA_RQI(v2), k = QSA_RQI(v3);
     const int32_t ni = qsa_sat8i(zz - i), nj = qsa_sat8i(zz - jj), nk = qsa_sat8i(zz - k);
-#endif
     const uint32_t w0 = qsa_pk16(r, nj), w4 = qsa_pk16(jj, r);
     xe[0] = w0;                    /* row r:  r, -i, -j, -k */
     xe[1] = qsa_pk16(ni, nk);
@@ -1454,6 +1535,7 @@ static void qsa_xham(uint32_t *restrict xe, const int8_t *B, int32_t n_cols,
     xe[7] = w4;
   }
 }
+#endif
 #undef QSA_RQI
 
 /* rows of x (depth a multiple of 4, <= 256) against constant int8 weights of zero point 0,
@@ -1483,7 +1565,7 @@ static void qsa_fcx(int8_t *restrict out, const int8_t *x, const int8_t *w, cons
           qsa_x4(xe + 2 * depth * b, x, depth, depth);
       }
       qsa_blk4n(out, xe, w, pwe, kbias, depth, units, units, mult, shift, per_channel, out_off,
-                n, 4 * units);
+                n, 4 * units, 0);
     }
     return;
   }
@@ -1574,26 +1656,24 @@ static void qsa_convx(int8_t *restrict out, const int8_t *x, const int8_t *f, co
     pwe = we;
   }
 #ifdef QSA_ARITH_FAST
-  if (W == 4) { /* one block per output row: as many rows per qsa_blk4n call as xe holds */
-    const int32_t nbmax = 256 / TC;
+  if (W == 4) { /* one block per output row, the input rows expanded once each (2 C words,
+                 * a row in the padding: the zero point) and back to back, so the block of
+                 * output row oy is the k_h rows from its first tap on: stride SH 2 C words;
+                 * as many output rows per qsa_blk4n call as xe holds */
+    const int32_t rw = 2 * C, nbmax = (512 / rw - KH) / SH + 1;
     for (n = 0; n < p->batches; ++n, x += IH * row)
       for (oy = 0; oy < OH; oy += ox, out += 4 * OC * ox) {
-        int32_t b;
         ox = QSA_MIN(nbmax, OH - oy); /* blocks in this call */
-        for (b = 0; b < ox; ++b) {
-          uint32_t *xb = xe + 2 * TC * b;
-          for (ky = 0; ky < KH; ++ky) {
-            const int32_t iy = (oy + b) * SH - PH + ky;
-            if (h && b > 0 && ky + SH < KH) /* the tap ky + SH of the block before */
-              memcpy(xb + 2 * ky * C, xb - 2 * TC + 2 * (ky + SH) * C, 8 * (size_t)C);
-            else if (h)
-              qsa_xham(xb + 2 * ky * C, iy >= 0 && iy < IH ? x + iy * row : 0, C >> 2, h);
-            else
-              qsa_x4(xb + 2 * ky * C, iy >= 0 && iy < IH ? x + iy * row : (const int8_t *)zrow,
-                     C, C);
-          }
+        for (ky = 0; ky < (ox - 1) * SH + KH; ++ky) {
+          const int32_t iy = oy * SH - PH + ky;
+          const int8_t *src = iy >= 0 && iy < IH ? x + iy * row : 0;
+          if (h)
+            qsa_xham(xe + ky * rw, src, C >> 2, h);
+          else
+            qsa_x4(xe + ky * rw, src ? src : (const int8_t *)zrow, C, C);
         }
-        qsa_blk4n(out, xe, f, pwe, kbias, TC, OC, OC, mult, shift, pc, off, ox, 4 * OC);
+        qsa_blk4n(out, xe, f, pwe, kbias, TC, OC, OC, mult, shift, pc, off, ox, 4 * OC,
+                  SH * rw);
       }
     return;
   }
