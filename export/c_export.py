@@ -66,31 +66,35 @@ BATCH_MATMUL, a DEPTHWISE_CONV_2D), qsa_softmax 23K, the rest of the float DSP ~
 constant fused into the exact blocked kernels as an epilogue (its own rounding kept) was tried
 and measured no cheaper.
 
-Fast build (``arith="fast"``), after the issue-31 tuning (12-07): 1,061,836 instructions per hop
-on the M4 (M7 1,069,262), flash 65,016 B (M7 65,064 B: 520 B under 64 KB), RAM 44,508 B (35,448
-+ 9,060 stack), its Cortex-M output equal to its host build. Measured with ``qsa export
+Fast build (``arith="fast"``), after two rounds of issue-31 tuning (12-07): 1,005,550
+instructions per hop on the M4 (M7 1,011,042), flash 64,824 B (M7 64,852 B), RAM 40,060 B
+(30,968 + 9,092 stack), its Cortex-M output equal to its host build. Measured with ``qsa export
 qcgan-35k --target c --c-arith fast`` (the report's ``c.mcu``); the network integers are those
-of the build before (1,155,191 / 1,166,108 per hop, flash 63,632 B), so against TFLite-Micro on
-the verification utterance the mask output is within 40 int8 steps (mean 3.5), the other output
-within 3 (mean 0.4), the state within 18 (means <= 1.9): inside the stated 64 / 6.0; only the
-DSP's float rounding changed (PCM: see docs/benchmarks.md, "C build: instructions per hop").
-What changed (all behind ``QSA_ARITH_FAST`` or the fast DSP; the exact build's instructions,
-1,566,795 per hop, and its 65,480 B are unchanged): ``qsa_blk4n`` takes two weight words per
-turn, runs one loop per kind of weights (int8 or expanded) and requantises with ``qsa_rqa``
-(SMMLAR of the accumulator itself against 2 m - 2^32: one instruction less per output, the same
-integers); ``qsa_convx`` expands each input row once into a sliding buffer (a block is k_h rows
-from its first tap, stride SH rows: no memcpy of the taps shared by neighbouring output rows);
-``qsa_xham`` writes six distinct halfword pairs (two negated as pairs, SSUB16) with STRDs;
-``qsa_dwconvs`` computes each channel's requantisation constants once per call; the DSP's real
-FFT and its inverse are one complex FFT of n / 2 points (first stage without multiplies) and a
-split pass. That is still 1.58x a 50 % load of a 168 MHz M4 (672,000 per hop; 79 % of the core).
-Per function (M4, one hop, QEMU ``-d exec,nochain`` counts): qsa_blk4n 373K (the MAC loops ~215K
-at 13.5 / 15.5 instructions per 16 MACs, then per block of four outputs ~50 of requantisation
-and setup: 2,047 blocks of 7 weight words on average), qsa_bmm2 78K, qsa_dwconvs 72K,
-qsa_gather4 68K (the decoder's TRANSPOSEs, the time convolution's 16K, the state SLICEs),
-qsa_xham 53K, qsa_lnorm 49K, qsa_addg 47K, the float DSP ~99K (qsa_step 39K, qsa_fft 28K,
-qsa_expf / qsa_logf 33K), qsa_addprelu 37K, qsa_bmm_ham 34K, qsa_preluf 23K, qsa_reduce 22K,
-qsa_softmax 21K, qsa_mulf 17K, memcpy 16K, qsa_fcxr / qsa_fcx / qsa_convx setup 35K, qsa_lut 9K.
+of the build before either round (1,155,191 / 1,166,108 per hop, flash 63,632 B), so against
+TFLite-Micro on the verification utterance the mask output is within 40 int8 steps (mean 3.5),
+the other output within 3 (mean 0.4), the state within 18 (means <= 1.9): inside the stated
+64 / 6.0; round 1 changed the DSP's float rounding (PCM: see docs/benchmarks.md, "C build:
+instructions per hop"), round 2 nothing (PCM bit-identical). Round 1 (1,061,836 per hop, flash
+65,016 B): ``qsa_blk4n`` two weight words per turn, one loop per kind of weights (int8 or
+expanded), ``qsa_rqa`` (SMMLAR of the accumulator itself against 2 m - 2^32: one instruction
+less per output, the same integers); ``qsa_convx`` expanding each input row once into a sliding
+buffer; ``qsa_xham`` as six distinct halfword pairs with STRDs; ``qsa_dwconvs``' constants once
+per call; the DSP's real FFT and its inverse as one complex FFT of n / 2 points and a split
+pass. Round 2: ``qsa_blk4a`` (one unit's blocks as one assembly loop on the DSP extension,
+-22.5K), ``qsa_addg_run`` / ``qsa_addprelu_col`` / ``qsa_preluf_col`` (runs and columns with
+their constants in registers, SMLAD pairs for ADD, -17.6K), ``qsa_bmm_hamt`` (a materialised
+Hamilton expansion writes the layout of the TRANSPOSE that reads it: ``_ham_transposed``, the
+TRANSPOSE absorbed and planned like a folded ADD, -11.0K and 4,480 B of arena), ``qsa_bmm2``'s
+column pairs built two rows by four columns a turn (-5.0K), and the general paths of
+``qsa_convx`` / ``qsa_preluf`` compiled out where no call of the model needs them
+(``QSA_CONVX_W4_ONLY`` / ``QSA_PRELUF_COLS_ONLY``, -816 B of flash). The exact build's
+instructions (1,566,795 per hop) and its 65,480 B are unchanged (the same ELF text). That is
+still 1.50x a 50 % load of a 168 MHz M4 (672,000 per hop; 75 % of the core). Per function (M4,
+one hop, QEMU ``-d exec,nochain`` counts, before the qsa_bmm2 step): qsa_blk4a 315K + qsa_blk4n
+38K (the MAC loops ~200K at 13 / 15 instructions per 16 MACs, per block of four outputs ~56 of
+requantisation and bookkeeping, per unit ~35 of setup), qsa_bmm2 77K, qsa_dwconvs 72K, qsa_xham
+53K, qsa_gather4 52K, qsa_lnorm 49K, qsa_bmm_hamt 40K, the float DSP ~99K, qsa_addprelu_col 33K,
+qsa_addg_run 31K, qsa_reduce 22K, qsa_softmax 21K, qsa_preluf_col 19K, qsa_mulf 17K, memcpy 16K.
 """
 
 from __future__ import annotations
@@ -245,6 +249,12 @@ def _strides(shape: list[int]) -> list[int]:
 
 
 def _bcast(out_shape, a_shape, b_shape) -> str:
+    n4, (_, sa, sb) = _bcast_dims(out_shape, a_shape, b_shape)
+    return f"{{{{{_c(n4)}}}, {{{_c(sa)}}}, {{{_c(sb)}}}}}"
+
+
+def _bcast_dims(out_shape, a_shape, b_shape) -> tuple[list[int], list[list[int]]]:
+    """qsa_bcast's dims and (output, a, b) strides, as _merge returns them."""
     n = list(out_shape) or [1]
     r = len(n)
 
@@ -263,8 +273,7 @@ def _bcast(out_shape, a_shape, b_shape) -> str:
                 raise ExportError(f"cannot broadcast {shape} to {out_shape}")
         return out
 
-    n4, (_, sa, sb) = _merge(n, _strides(n), st(a_shape), st(b_shape))
-    return f"{{{{{_c(n4)}}}, {{{_c(sa)}}}, {{{_c(sb)}}}}}"
+    return _merge(n, _strides(n), st(a_shape), st(b_shape))
 
 
 def _c(v) -> str:
@@ -332,6 +341,13 @@ class _Gen:
         self.lnorm: dict[int, list[int]] = {}  # {the layer norm's last MUL: its other ops}
         self.addprelu: dict[int, int] = {}  # {PRELU op: the ADD before it}
         self.absorbed: set[int] = set()  # ops whose work another op's kernel does
+        # arith fast: Hamilton expansions (qsa_bmm_hamt) that write the layout of the TRANSPOSE
+        # reading them ({BATCH_MATMUL op: (TRANSPOSE op, layout)}; hamt_ok: found in this pass,
+        # planned for in the next: the TRANSPOSE's output written by the BATCH_MATMUL)
+        self.hamt: dict[int, tuple[int, tuple]] = {}
+        self.hamt_ok: dict[int, tuple[int, tuple]] = {}
+        # arith fast: the kernels' general paths some call needs (else compiled out)
+        self.general: set[str] = set()
 
     # -- tensors --------------------------------------------------------------------------
     def T(self, i: int) -> Tensor:
@@ -481,6 +497,8 @@ class _Gen:
         self.alias: dict[int, int] = {}
         for k, a in self.bias_fold.items():  # the producer writes the folded ADD's output
             self.alias[g.ops[k].outputs[0]] = g.ops[a].outputs[0]
+        for k, (t, _) in self.hamt.items():  # the expansion writes the TRANSPOSE's output
+            self.alias[g.ops[k].outputs[0]] = g.ops[t].outputs[0]
         for op in g.ops:
             if op.name == "RESHAPE":
                 src = op.inputs[0]
@@ -510,7 +528,8 @@ class _Gen:
                 last[root(i)] = max(last.get(root(i), -1), k)
         # the outputs of the ops another kernel does (arith fast) are never written
         dead = {root(i) for k in self.absorbed for i in g.ops[k].outputs} - {
-            root(g.ops[k].outputs[0]) for k in self.bias_fold.values()}
+            root(g.ops[k].outputs[0]) for k in self.bias_fold.values()} - {
+            root(g.ops[t].outputs[0]) for t, _ in self.hamt.values()}
         self.state_in = set(state_in)
         bufs = [r for r in first if r not in self.state_in and r not in dead
                 and (self.debug or r not in self.fuse)]
@@ -736,6 +755,9 @@ class _Gen:
         bc = self.params("qsa_bcast", _bcast(o.shape, x.shape, al.shape))
         if self.lean and -22 <= s1 <= 13 and -22 <= s2 <= 13:
             # |x + off| <= 255, |(x + off)(alpha + off)| <= 255^2: 2^(s + 1) times that < 2^31
+            n4, (_, sa, sb) = _bcast_dims(o.shape, x.shape, al.shape)
+            if not (n4[0] == n4[1] == 1 and sb[2] == 0 and sa[3] == 1 and sa[2] == n4[3]):
+                self.general.add("QSA_PRELUF_COLS_ONLY")
             p = self.params("qsa_preluf_p", f"{{{-x.zp}, {-al.zp}, {_c(_rqs(m1, s1, o.zp))}, "
                                             f"{_c(_rqs(m2, s2, o.zp))}}}")
             self.body.append(f"  qsa_preluf({self.ptr(op.outputs[0])}, "
@@ -967,6 +989,17 @@ class _Gen:
                     and _negation_is_reflection(q, -b.zp, m, -s, o.zp)):
                 if op.outputs[0] in self.fuse and not self.debug:
                     self.body.append("  /* fused into its consumers (qsa_xham) */")
+                elif self.fast:  # one kernel, the layout of a TRANSPOSE that reads it or its own
+                    tl = _ham_transposed(self.g, op, nb, N)
+                    if tl is not None:
+                        self.hamt_ok[op.index] = tl
+                    bs, n2, s1, s2, r1, r2 = (self.hamt[op.index][1] if op.index in self.hamt
+                                              else (16 * N, N, N, 1, 4 * N, N))
+                    hp = self.params("qsa_hamt_p", f"{{{m}, {bs}, {s1}, {s2}, {r1}, {r2}, {nb}, "
+                                                   f"{K * N if bb > 1 else 0}, {N}, {n2}, "
+                                                   f"{-b.zp}, {2 * q}, {-s}, {o.zp}}}")
+                    self.body.append(f"  qsa_bmm_hamt({self.ptr(op.outputs[0])}, "
+                                     f"{self.ptr(op.inputs[1])}, &{hp});")
                 else:
                     self.body.append(f"  qsa_bmm_ham({self.ptr(op.outputs[0])}, "
                                      f"{self.ptr(op.inputs[1])}, {-b.zp}, {nb}, "
@@ -1094,6 +1127,8 @@ class _Gen:
                 pc = ""
                 if self.fast:  # qsa_convx's extra argument: qsa_blk4's per_channel
                     pc = ", 1"
+                    if iw != 4:
+                        self.general.add("QSA_CONVX_W4_ONLY")
                     if fold is not None and op.index in self.bias_fold:  # the ADD folded in
                         o2, kb4, ms2 = fold
                         kb, pc = self.i32s(kb4.reshape(-1)), ", 3"
@@ -1196,6 +1231,44 @@ def _one_hot_rows(a: Tensor) -> tuple[list[int], int] | None:
     if not np.all(np.abs(v) == q) or q * 255 >= _ACC_BOUND:
         return None
     return [int(2 * kk + (vv < 0)) for kk, vv in zip(k, v, strict=True)], q
+
+
+def _ham_transposed(g: Graph, op: Op, nb: int, n: int) -> tuple[int, tuple] | None:
+    """arith fast: the TRANSPOSE that is the one reader (through RESHAPEs) of the Hamilton
+    expansion ``op`` (nb batches of 16 rows x n columns) and the layout qsa_bmm_hamt writes its
+    output in, (TRANSPOSE op, (bs, n2, s1, s2, r1, r2)): the output position of (b, i, j) as
+    b bs + (i / 4) r1 + (i % 4) r2 + (j / n2) s1 + (j % n2) s2; None when there is none."""
+    t = op.outputs[0]
+    while True:
+        users = [u for u in g.ops if t in u.inputs]
+        if len(users) != 1 or t in g.outputs:
+            return None
+        if users[0].name != "RESHAPE":
+            break
+        t = users[0].outputs[0]
+    tr = users[0]
+    if tr.name != "TRANSPOSE" or tr.inputs[0] != t:
+        return None
+    x = g.tensors[t]
+    perm = [int(v) for v in g.tensors[tr.inputs[1]].data.reshape(-1)]
+    if x.size != nb * 16 * n:
+        return None
+    src = np.arange(x.size).reshape(x.shape).transpose(perm).reshape(-1)  # out pos -> in flat
+    pos = np.empty(x.size, np.int64)
+    pos[src] = np.arange(x.size)
+    p3 = pos.reshape(nb, 16, n)
+    bpos, rpos, cpos = p3[:, 0, 0], p3[0, :, 0], p3[0, 0, :]
+    r1, r2 = int(rpos[4]), int(rpos[1])
+    s2 = int(cpos[1]) if n > 1 else 1
+    n2 = next((j for j in range(n) if cpos[j] != j * s2), n)
+    s1 = int(cpos[n2]) if n2 < n else n2 * s2
+    bs = int(bpos[1]) if nb > 1 else 16 * n
+    i, j, b = np.arange(16), np.arange(n), np.arange(nb)
+    want = (b[:, None, None] * bs + ((i // 4) * r1 + (i % 4) * r2)[None, :, None]
+            + ((j // n2) * s1 + (j % n2) * s2)[None, None, :])
+    if not np.array_equal(p3, want) or max(abs(v) for v in (bs, s1, s2, r1, r2)) >= 1 << 30:
+        return None
+    return tr.index, (bs, n2, s1, s2, r1, r2)
 
 
 def _addprelu_shifts(a: Tensor, b: Tensor, al: Tensor, o: Tensor) -> tuple | None:
@@ -1321,7 +1394,7 @@ def generate_c(tflite_path: str | os.PathLike, out_dir: str | os.PathLike,
         if g.tensors[i].dtype != "int8":
             raise ExportError(f"graph input/output {i} is {g.tensors[i].dtype}; int8 only")
 
-    def emit_all(fuse: dict[int, int], fold: dict[int, int]) -> _Gen:
+    def emit_all(fuse: dict[int, int], fold: dict[int, int], hamt: dict) -> _Gen:
         gen = _Gen(g, debug)
         gen.lut_decls, gen.lut_bytes = [], 0
         gen.rsqrt_tables = rsqrt_tables
@@ -1329,20 +1402,25 @@ def generate_c(tflite_path: str | os.PathLike, out_dir: str | os.PathLike,
         gen.fuse = fuse
         gen.fast, gen.fold_cand, gen.bias_fold, gen.silu = fast, fold_cand, fold, silu
         gen.lnorm, gen.addprelu = lnorm, addprelu
+        gen.hamt = hamt
         gen.absorbed = (set(fold.values()) | set(silu.values()) | set(addprelu.values())
-                        | {k for ops in lnorm.values() for k in ops})
+                        | {k for ops in lnorm.values() for k in ops}
+                        | {t for t, _ in hamt.values()})
         gen.plan()
         for op in g.ops:
             gen.emit(op)
         return gen
 
-    gen = emit_all({}, {})
-    fuse, fold = gen.fusable(), dict(gen.bias_ok)
-    if fuse or fold:  # again, planned with the Hamilton expansions / ADDs read fused
-        gen = emit_all(fuse, fold)
+    gen = emit_all({}, {}, {})
+    fuse, fold, hamt = gen.fusable(), dict(gen.bias_ok), dict(gen.hamt_ok)
+    if fuse or fold or hamt:  # again, planned with the Hamilton expansions / ADDs read fused
+        gen = emit_all(fuse, fold, hamt)
         gen.fusable()
         if gen.bias_ok != fold:
             raise ExportError(f"bias folding: planned {sorted(fold)}, done {sorted(gen.bias_ok)}")
+        if gen.hamt_ok != hamt:
+            raise ExportError(f"transposed expansions: planned {sorted(hamt)}, done "
+                              f"{sorted(gen.hamt_ok)}")
     if fast:  # the constants of the unfolded forms that nothing reads any more
         import re
 
@@ -1414,6 +1492,9 @@ def generate_c(tflite_path: str | os.PathLike, out_dir: str | os.PathLike,
          '#include "qsa_net.h"',
          *(["/* arith fast: folded ADDs, SiLU tables (see the header's bound) */",
             "#define QSA_ARITH_FAST 1"] if fast else []),
+         *([f"#define {d} 1 /* no call needs the kernel's general path */"
+            for d in ("QSA_CONVX_W4_ONLY", "QSA_PRELUF_COLS_ONLY") if d not in gen.general]
+           if fast else []),
          '#include "qsa_nn.h"', "",
          "#ifdef QSA_PROFILE /* per-op timing hook: the profiler defines qsa_mark(op) */",
          "extern void qsa_mark(int op);", "#define QSA_MARK(k) qsa_mark(k)", "#else",

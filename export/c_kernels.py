@@ -60,8 +60,17 @@ MUL(x, logistic(x)). Tuned for instructions per hop (12-07, the same integers as
 ``qsa_blk4n`` two weight words per turn, one loop per kind of weights, ``qsa_rqa`` (the
 requantisation from acc itself, SMMLAR against 2 m - 2^32); ``qsa_convx`` expands each input
 row once into a sliding buffer of rows (block stride SH rows); ``qsa_xham`` writes six pairs
-with STRDs; ``qsa_dwconvs`` hoists each channel's constants. Without ``QSA_ARITH_FAST`` none of
-it is compiled.
+with STRDs; ``qsa_dwconvs`` hoists each channel's constants. Round 2 (12-07, the same integers
+again): ``qsa_blk4a``, on the DSP extension one unit's blocks of ``qsa_blk4n`` as one assembly
+loop (the unit's constants in a ``qsa_blk4c`` struct: GCC spilled them per block; the portable C
+loop elsewhere); ``qsa_addg_run`` (a run of ADD values, four a turn as (x, y) halfword pairs
+against (ka, kb): one SMLAD, then ``qsa_rqa``), ``qsa_addprelu_col`` / ``qsa_preluf_col`` (alpha
+constant along a column: one index for every stream, alpha in a register); ``qsa_bmm_hamt``
+(the materialised Hamilton expansion writing any layout of the form b bs + (i / 4) r1 + (i % 4)
+r2 + (j / n2) s1 + (j % n2) s2: its own, or that of the TRANSPOSE reading it, which then does
+not run); ``qsa_bmm2`` building B's (k, k + 1) column pairs two rows by four columns a turn. The
+exporter compiles out general paths no call needs (``QSA_CONVX_W4_ONLY``,
+``QSA_PRELUF_COLS_ONLY``). Without ``QSA_ARITH_FAST`` none of it is compiled.
 """
 
 QSA_NN_H = r"""/* qsa_nn.h: int8 kernels of a `qsa export --target c` network (generated; see
@@ -623,6 +632,13 @@ static inline int8_t qsa_rqf(int32_t acc2, int32_t m, int32_t e, int32_t c) {
 static inline int8_t qsa_rqa(int32_t acc, int32_t m2, int32_t e, int32_t c) {
   return qsa_ssat8(qsa_smmlar(acc, m2, c + acc + (acc >> 31)) >> e);
 }
+/* the same, kept as int32 (no sign extension of the int8) */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#define qsa_rqai(acc, m2, e, c) \
+  __ssat(qsa_smmlar((acc), (m2), (c) + (acc) + ((acc) >> 31)) >> (e), 8)
+#else
+#define qsa_rqai(acc, m2, e, c) ((int32_t)qsa_rqa((acc), (m2), (e), (c)))
+#endif
 #endif
 
 /* the unsaturated rescale of one ADD operand, e in [0, 22] (k = e ? -1 : 0, h = 2^(e-1) or 0) */
@@ -964,12 +980,41 @@ static void qsa_addh(int8_t *restrict out, const int8_t *x, const int8_t *y, con
 
 typedef struct { int32_t in_off, alpha_off, m1, l1, e1, c1, k1, m2, l2, e2, c2, k2; } qsa_preluf_p;
 
-/* PRELU with qsa_rqs on both branches (same integers as qsa_prelu) */
+#ifdef QSA_ARITH_FAST
+/* one column of qsa_preluf (alpha the one value al + ao along it): n values at stride st */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void qsa_preluf_col(int8_t *restrict out, const int8_t *x, int32_t n, int32_t st,
+                           int32_t al, const qsa_preluf_p *p) {
+  const int32_t io = p->in_off, m1 = p->m1, l1 = p->l1, e1 = p->e1, c1 = p->c1, k1 = p->k1;
+  const int32_t end = n * st;
+  int32_t i;
+  for (i = 0; i < end; i += st) { /* one index for both streams */
+    const int32_t v = io + x[i];
+    out[i] = v >= 0 ? qsa_rqs(v, m1, l1, e1, c1, k1)
+                    : qsa_rqs(v * al, p->m2, p->l2, p->e2, p->c2, p->k2);
+  }
+}
+#endif
+
+/* PRELU with qsa_rqs on both branches (same integers as qsa_prelu); the fast build runs
+ * alpha's columns (alpha constant down dim 2) one by one */
 static void qsa_preluf(int8_t *restrict out, const int8_t *x, const int8_t *alpha,
                        const qsa_bcast *bc, const qsa_preluf_p *p) {
   int32_t a, b, c, d;
   const int32_t n3 = bc->n[3], sa3 = bc->sa[3], sb3 = bc->sb[3], io = p->in_off;
   const int32_t ao = p->alpha_off;
+#ifdef QSA_ARITH_FAST
+#ifndef QSA_PRELUF_COLS_ONLY /* the exporter's promise: every call takes this path */
+  if (bc->n[0] == 1 && bc->n[1] == 1 && bc->sb[2] == 0 && sa3 == 1 && bc->sa[2] == n3)
+#endif
+  {
+    for (d = 0; d < n3; ++d) /* x contiguous, alpha per column */
+      qsa_preluf_col(out + d, x + d, bc->n[2], n3, ao + alpha[d * sb3], p);
+    return;
+  }
+#endif
   for (a = 0; a < bc->n[0]; ++a)
     for (b = 0; b < bc->n[1]; ++b)
       for (c = 0; c < bc->n[2]; ++c) {
@@ -1010,6 +1055,47 @@ static void qsa_bmm_ham(int8_t *restrict out, const int8_t *B, int32_t b_off, in
     }
   }
 }
+
+#ifdef QSA_ARITH_FAST
+typedef struct {
+  int32_t m, bs, s1, s2, r1, r2;
+  int16_t nb, b_bs, n, n2, b_off, q2;
+  int8_t e, off;
+} qsa_hamt_p;
+
+/* qsa_bmm_ham with its output laid out for the TRANSPOSE that reads it (the fast build; its
+ * other expansions with qsa_bmm_ham's own layout, so one kernel): the value of batch b, row i,
+ * column j = j1 n2 + j2 to out + b bs + (i / 4) r1 + (i % 4) r2 + j1 s1 + j2 s2 (qsa_bmm_ham's
+ * layout: bs 16 n, r1 4 n, r2 n, n2 n, s2 1). Same integers as qsa_bmm_ham. */
+static void qsa_bmm_hamt(int8_t *restrict out, const int8_t *B, const qsa_hamt_p *p) {
+  int32_t b, j, j2;
+  const int32_t N = p->n, n2 = p->n2, s1 = p->s1, s2 = p->s2, r1 = p->r1, r2 = p->r2;
+  const int32_t r22 = 2 * r2, r23 = 3 * r2, q2 = p->q2, bo = p->b_off, m = p->m, e = p->e;
+  const int32_t c = qsa_rqc(e, p->off), zz = 2 * p->off;
+  for (b = 0; b < p->nb; ++b, B += p->b_bs, out += p->bs) {
+    int8_t *col = out, *grp = out;
+    for (j = 0, j2 = 0; j < N; ++j) {
+      int8_t *g = col;
+      const int32_t v0 = (B[j] + bo) * q2, v1 = (B[N + j] + bo) * q2;
+      const int32_t v2 = (B[2 * N + j] + bo) * q2, v3 = (B[3 * N + j] + bo) * q2;
+      const int8_t r = qsa_rqf(v0, m, e, c), i = qsa_rqf(v1, m, e, c);
+      const int8_t jj = qsa_rqf(v2, m, e, c), k = qsa_rqf(v3, m, e, c);
+      const int8_t ni = qsa_ssat8(zz - i), nj = qsa_ssat8(zz - jj), nk = qsa_ssat8(zz - k);
+      g[0] = r;  g[r2] = ni; g[r22] = nj; g[r23] = nk; g += r1; /* r, -i, -j, -k */
+      g[0] = i;  g[r2] = r;  g[r22] = k;  g[r23] = nj; g += r1; /* i,  r,  k, -j */
+      g[0] = jj; g[r2] = nk; g[r22] = r;  g[r23] = i;  g += r1; /* j, -k,  r,  i */
+      g[0] = k;  g[r2] = jj; g[r22] = ni; g[r23] = r;           /* k,  j, -i,  r */
+      if (++j2 == n2) {
+        j2 = 0;
+        grp += s1;
+        col = grp;
+      } else {
+        col += s2;
+      }
+    }
+  }
+}
+#endif
 
 /* FULLY_CONNECTED with constant weights (zero point 0, depth a multiple of 4), the fast
  * requantisation: unit by unit, its constants hoisted, four rows per pass so each weight word
@@ -1215,6 +1301,67 @@ static void qsa_addc(int8_t *restrict out, const int8_t *x, const int8_t *y, con
       }
 }
 
+/* the DSP extension's halfword-pair helpers (SXTB16, SMLAD, SADD16, LDRD / STRD) and the
+ * same integers in portable C */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#define qsa_x16(v) __sxtb16(v)
+#define qsa_x16r8(v) qsa_sxtb16_ror8(v)
+#define qsa_mlad(a, b, c) __smlad((a), (b), (c))
+#define qsa_add16(a, b) __sadd16((a), (b))
+/* two words from p, p += 2 (one LDRD with writeback: the instruction count is what a hop
+ * costs) */
+#define QSA_LD2(a, b, p) __asm volatile("ldrd %0, %1, [%2], #8" : "=r"(a), "=r"(b), "+r"(p) \
+                                        : : "memory")
+/* p[0] = a, p[1] = b, p += 2 (one STRD with writeback) */
+#define QSA_ST2(a, b, p) __asm volatile("strd %1, %2, [%0], #8" : "+r"(p) : "r"(a), "r"(b) \
+                                        : "memory")
+#else
+#define QSA_LD2(a, b, p) do { (a) = (p)[0]; (b) = (p)[1]; (p) += 2; } while (0)
+#define QSA_ST2(a, b, p) do { (p)[0] = (a); (p)[1] = (b); (p) += 2; } while (0)
+static inline uint32_t qsa_x16(uint32_t v) {
+  return (uint32_t)(uint16_t)(int16_t)(int8_t)(v & 0xFFu)
+         | ((uint32_t)(uint16_t)(int16_t)(int8_t)((v >> 16) & 0xFFu) << 16);
+}
+static inline uint32_t qsa_x16r8(uint32_t v) { return qsa_x16(v >> 8); }
+static inline uint32_t qsa_add16(uint32_t a, uint32_t b) {
+  return ((a + b) & 0xFFFFu) | (((a >> 16) + (b >> 16)) << 16);
+}
+static inline int32_t qsa_mlad(uint32_t a, uint32_t b, int32_t c) {
+  return c + (int32_t)(int16_t)(a & 0xFFFFu) * (int16_t)(b & 0xFFFFu)
+         + (int32_t)(int16_t)(a >> 16) * (int16_t)(b >> 16);
+}
+#endif
+
+/* (lo, hi) as a halfword pair (PKHBT on the DSP extension); qsa_sat8i: saturated to int8,
+ * kept as int32 */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+static inline uint32_t qsa_pk16(int32_t lo, int32_t hi) {
+  uint32_t r;
+  __asm("pkhbt %0, %1, %2, lsl #16" : "=r"(r) : "r"(lo), "r"(hi));
+  return r;
+}
+/* (the top halfword of lo, the top halfword of hi) (PKHTB) */
+static inline uint32_t qsa_pkt16(uint32_t lo, uint32_t hi) {
+  uint32_t r;
+  __asm("pkhtb %0, %1, %2, asr #16" : "=r"(r) : "r"(hi), "r"(lo));
+  return r;
+}
+#define qsa_sat8i(v) __ssat((v), 8)
+#define qsa_neg16(x) __ssub16(0u, (x)) /* both halfwords negated */
+#else
+static inline uint32_t qsa_neg16(uint32_t x) {
+  return (uint32_t)(uint16_t)(-(int32_t)(int16_t)(x & 0xFFFFu))
+         | (uint32_t)(-(int32_t)(int16_t)(x >> 16)) << 16;
+}
+static inline uint32_t qsa_pk16(int32_t lo, int32_t hi) {
+  return (uint32_t)(uint16_t)lo | (uint32_t)hi << 16;
+}
+static inline uint32_t qsa_pkt16(uint32_t lo, uint32_t hi) {
+  return lo >> 16 | (hi & 0xFFFF0000u);
+}
+#define qsa_sat8i(v) ((int32_t)qsa_sat8(v))
+#endif
+
 /* BATCH_MATMUL of two activations, as qsa_bmmf (same integers as qsa_bmm): A + a_off as int16
  * rows once per batch (M Kp <= 640, K padded to even Kp <= 128), blocks of columns of B + b_off
  * as int16 (256 halfwords), then 2 x 2 outputs per pass: two rows and two columns share each
@@ -1236,6 +1383,33 @@ static void qsa_bmm2(int8_t *restrict out, const int8_t *A, int32_t a_off, const
       }
     for (j0 = 0; j0 < N; j0 += NC) {
       const int32_t nc = QSA_MIN(NC, N - j0);
+#ifdef QSA_ARITH_FAST
+      if (Kp == K && nc % 4 == 0) { /* two rows of B by four columns a turn: 2 words in, 4
+                                     * (k, k + 1) pairs out (SXTB16, PKHBT / PKHTB) */
+        const uint32_t bo2 = (uint32_t)(uint16_t)b_off * 0x10001u;
+        for (k = 0; k < K; k += 2) {
+          const int8_t *p0 = pb + k * N + j0, *p1 = p0 + N;
+          int16_t *q = c16 + k;
+          for (j = 0; j < nc; j += 4, p0 += 4, p1 += 4, q += 4 * Kp) {
+            uint32_t v0, v1, a02, b02, a13, b13, t;
+            memcpy(&v0, p0, 4);
+            memcpy(&v1, p1, 4);
+            a02 = qsa_x16(v0);
+            b02 = qsa_x16(v1);
+            a13 = qsa_x16r8(v0);
+            b13 = qsa_x16r8(v1);
+            t = qsa_add16(qsa_pk16((int32_t)a02, (int32_t)b02), bo2);
+            memcpy(q, &t, 4);
+            t = qsa_add16(qsa_pk16((int32_t)a13, (int32_t)b13), bo2);
+            memcpy(q + Kp, &t, 4);
+            t = qsa_add16(qsa_pkt16(a02, b02), bo2);
+            memcpy(q + 2 * Kp, &t, 4);
+            t = qsa_add16(qsa_pkt16(a13, b13), bo2);
+            memcpy(q + 3 * Kp, &t, 4);
+          }
+        }
+      } else
+#endif
       for (j = 0; j < nc; ++j) {
         for (k = 0; k < K; ++k) c16[j * Kp + k] = (int16_t)(pb[k * N + j0 + j] + b_off);
         if (Kp != K) c16[j * Kp + K] = 0;
@@ -1285,34 +1459,7 @@ static void qsa_bmm2(int8_t *restrict out, const int8_t *A, int32_t a_off, const
  * same integers in portable C. A block of four rows is expanded once into halfword pairs,
  * interleaved per group of four bytes (row 0 (b0,b2) (b1,b3), row 1 ..., row 3), so one
  * weight word, sign-extended once, meets the four rows with eight SMLADs. */
-#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
-#define qsa_x16(v) __sxtb16(v)
-#define qsa_x16r8(v) qsa_sxtb16_ror8(v)
-#define qsa_mlad(a, b, c) __smlad((a), (b), (c))
-#define qsa_add16(a, b) __sadd16((a), (b))
-/* two words from p, p += 2 (one LDRD with writeback: the instruction count is what a hop
- * costs) */
-#define QSA_LD2(a, b, p) __asm volatile("ldrd %0, %1, [%2], #8" : "=r"(a), "=r"(b), "+r"(p) \
-                                        : : "memory")
-/* p[0] = a, p[1] = b, p += 2 (one STRD with writeback) */
-#define QSA_ST2(a, b, p) __asm volatile("strd %1, %2, [%0], #8" : "+r"(p) : "r"(a), "r"(b) \
-                                        : "memory")
-#else
-#define QSA_LD2(a, b, p) do { (a) = (p)[0]; (b) = (p)[1]; (p) += 2; } while (0)
-#define QSA_ST2(a, b, p) do { (p)[0] = (a); (p)[1] = (b); (p) += 2; } while (0)
-static inline uint32_t qsa_x16(uint32_t v) {
-  return (uint32_t)(uint16_t)(int16_t)(int8_t)(v & 0xFFu)
-         | ((uint32_t)(uint16_t)(int16_t)(int8_t)((v >> 16) & 0xFFu) << 16);
-}
-static inline uint32_t qsa_x16r8(uint32_t v) { return qsa_x16(v >> 8); }
-static inline uint32_t qsa_add16(uint32_t a, uint32_t b) {
-  return ((a + b) & 0xFFFFu) | (((a >> 16) + (b >> 16)) << 16);
-}
-static inline int32_t qsa_mlad(uint32_t a, uint32_t b, int32_t c) {
-  return c + (int32_t)(int16_t)(a & 0xFFFFu) * (int16_t)(b & 0xFFFFu)
-         + (int32_t)(int16_t)(a >> 16) * (int16_t)(b >> 16);
-}
-#endif
+/* (qsa_x16, qsa_x16r8, qsa_mlad, QSA_LD2 / QSA_ST2: defined before qsa_bmm2) */
 
 /* four rows of n bytes (n a multiple of 4), row k at x + k stride, expanded into xe */
 static inline void qsa_x4(uint32_t *restrict xe, const int8_t *x, int32_t stride, int32_t n) {
@@ -1417,6 +1564,118 @@ static inline void qsa_x4(uint32_t *restrict xe, const int8_t *x, int32_t stride
       o[0] = qsa_rqa(a0, m2, e, c);                                                    \
     }                                                                                  \
   }
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__thumb2__)
+/* On the DSP extension one unit's blocks are one assembly loop (GCC spills the block loop's
+ * constants: ~25 instructions per block more). The unit's constants sit in qsa_blk4c (one LDRD
+ * per pair when they are needed); per block: the four biases, the dot products (a weight
+ * word: one LDRD of the expanded pair, or LDR + 2 SXTB16, then 4 LDRD + 8 SMLAD), the four
+ * requantisations as qsa_rqa (ADD, ADD ASR, SMMLAR, ASR, SSAT) stored last row first. The
+ * same integers as the C below. */
+typedef struct {
+  int32_t b[4];           /* 0: the block rows' biases */
+  const uint32_t *xb;     /* 16: the block's expanded rows */
+  const void *pw0;        /* 20: the unit's weights */
+  int32_t m2, e, c;       /* 24: qsa_rqa's constants */
+  int8_t *o;              /* 36: the block's first output */
+  int32_t os;             /* 40: output row stride */
+  int32_t dxb;            /* 44: next block's rows - this block's end (bytes) */
+  int32_t bso;            /* 48: next block's outputs - this block's (> 0) */
+  int8_t *oend;           /* 52: o after the last block */
+  int32_t nbytes;         /* 56: a block's expanded rows (bytes) */
+  int32_t odd;            /* 60: an odd number of weight words */
+} qsa_blk4c;
+
+#define QSA_BLK4A_MLAD4                                                                 \
+  "ldrd %[x0], %[x1], [%[p]], #8\n\t"                                                   \
+  "smlad %[a0], %[w0], %[x0], %[a0]\n\tsmlad %[a0], %[w1], %[x1], %[a0]\n\t"            \
+  "ldrd %[x0], %[x1], [%[p]], #8\n\t"                                                   \
+  "smlad %[a1], %[w0], %[x0], %[a1]\n\tsmlad %[a1], %[w1], %[x1], %[a1]\n\t"            \
+  "ldrd %[x0], %[x1], [%[p]], #8\n\t"                                                   \
+  "smlad %[a2], %[w0], %[x0], %[a2]\n\tsmlad %[a2], %[w1], %[x1], %[a2]\n\t"            \
+  "ldrd %[x0], %[x1], [%[p]], #8\n\t"                                                   \
+  "smlad %[a3], %[w0], %[x0], %[a3]\n\tsmlad %[a3], %[w1], %[x1], %[a3]\n\t"
+#define QSA_BLK4A_W16 "ldrd %[w0], %[w1], [%[pw]], #8\n\t" QSA_BLK4A_MLAD4
+#define QSA_BLK4A_W8                                                                    \
+  "ldr %[w1], [%[pw]], #4\n\tsxtb16 %[w0], %[w1]\n\tsxtb16 %[w1], %[w1], ror #8\n\t"    \
+  QSA_BLK4A_MLAD4
+#define QSA_RQA4(a)                                                                     \
+  "add %[x1], %[x0], " a "\n\tadd %[x1], %[x1], " a ", asr #31\n\t"                     \
+  "smmlar " a ", " a ", %[w0], %[x1]\n\tasr " a ", " a ", %[w1]\n\tssat " a ", #8, " a "\n\t"
+#define QSA_BLK4A(STEP)                                                                 \
+  __asm volatile(                                                                       \
+      "1:\n\t"                                                                          \
+      "ldrd %[a0], %[a1], [%[s]]\n\tldrd %[a2], %[a3], [%[s], #8]\n\t"                  \
+      "ldrd %[p], %[pw], [%[s], #16]\n\tldrd %[pe], %[x0], [%[s], #56]\n\t"             \
+      "add %[pe], %[pe], %[p]\n\tcmp %[x0], #0\n\tbne 3f\n"                             \
+      "2:\n\t" STEP "3:\n\t" STEP                                                       \
+      "cmp %[p], %[pe]\n\tblo 2b\n\t"                                                   \
+      "ldrd %[w0], %[w1], [%[s], #24]\n\tldr %[x0], [%[s], #32]\n\t"                    \
+      QSA_RQA4("%[a0]") QSA_RQA4("%[a1]") QSA_RQA4("%[a2]") QSA_RQA4("%[a3]")           \
+      "ldrd %[p], %[pw], [%[s], #36]\n\t"                                               \
+      "add %[x1], %[pw], %[pw], lsl #1\n\tstrb %[a3], [%[p], %[x1]]\n\t"                \
+      "strb %[a2], [%[p], %[pw], lsl #1]\n\tstrb %[a1], [%[p], %[pw]]\n\t"              \
+      "strb %[a0], [%[p]]\n\t"                                                          \
+      "ldrd %[x0], %[x1], [%[s], #44]\n\t"                                              \
+      "add %[pe], %[pe], %[x0]\n\tadd %[p], %[p], %[x1]\n\t"                            \
+      "str %[pe], [%[s], #16]\n\tstr %[p], [%[s], #36]\n\t"                             \
+      "ldr %[x0], [%[s], #52]\n\tcmp %[p], %[x0]\n\tbne 1b\n\t"                         \
+      : [a0] "=&r"(a0), [a1] "=&r"(a1), [a2] "=&r"(a2), [a3] "=&r"(a3), [p] "=&r"(p),   \
+        [pw] "=&r"(pw), [pe] "=&r"(pe), [w0] "=&r"(w0), [w1] "=&r"(w1), [x0] "=&r"(x0), \
+        [x1] "=&r"(x1)                                                                  \
+      : [s] "r"(s)                                                                      \
+      : "cc", "memory")
+
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void qsa_blk4a(qsa_blk4c *s, int32_t expanded) {
+  uint32_t a0, a1, a2, a3, p, pw, pe, w0, w1, x0, x1;
+  if (expanded)
+    QSA_BLK4A(QSA_BLK4A_W16);
+  else
+    QSA_BLK4A(QSA_BLK4A_W8);
+}
+#undef QSA_BLK4A
+#undef QSA_RQA4
+#undef QSA_BLK4A_W8
+#undef QSA_BLK4A_W16
+#undef QSA_BLK4A_MLAD4
+
+static void qsa_blk4n(int8_t *out, const uint32_t *xe, const int8_t *w,
+                      const uint32_t *we, const int32_t *kbias, int32_t depth, int32_t units,
+                      int32_t os, const int32_t *mult, const int8_t *shift, int32_t per_channel,
+                      int32_t out_off, int32_t nblk, int32_t bso, int32_t xs) {
+  int32_t u;
+  qsa_blk4c s;
+  const int32_t kbs = per_channel & 2 ? units : 0;
+  s.os = os;
+  s.nbytes = 8 * depth;
+  s.odd = (depth >> 2) & 1;
+  s.dxb = 4 * (xs ? xs : 2 * depth) - 8 * depth;
+  s.bso = bso ? bso : 1; /* one block: any step ends it */
+  s.m2 = (int32_t)((uint32_t)mult[0] << 1);
+  s.e = -shift[0];
+  s.c = qsa_rqc(s.e, out_off);
+  for (u = 0; u < units; ++u) {
+    if (per_channel & 1) {
+      s.m2 = (int32_t)((uint32_t)mult[u] << 1);
+      s.e = -shift[u];
+      s.c = qsa_rqc(s.e, out_off);
+    }
+    s.b[0] = s.b[1] = s.b[2] = s.b[3] = kbias[u];
+    if (kbs) {
+      s.b[1] = kbias[u + kbs];
+      s.b[2] = kbias[u + 2 * kbs];
+      s.b[3] = kbias[u + 3 * kbs];
+    }
+    s.xb = xe;
+    s.pw0 = we ? (const void *)(we + u * (depth >> 1)) : (const void *)(w + u * depth);
+    s.o = out + u;
+    s.oend = s.o + nblk * s.bso;
+    qsa_blk4a(&s, we != 0);
+  }
+}
+#else
 static void qsa_blk4n(int8_t *out, const uint32_t *xe, const int8_t *w,
                       const uint32_t *we, const int32_t *kbias, int32_t depth, int32_t units,
                       int32_t os, const int32_t *mult, const int8_t *shift, int32_t per_channel,
@@ -1429,6 +1688,7 @@ static void qsa_blk4n(int8_t *out, const uint32_t *xe, const int8_t *w,
   else
     QSA_BLK4N_BODY(int8_t, QSA_W8, w + u * depth)
 }
+#endif
 #undef QSA_BLK4N_BODY
 #undef QSA_W8
 #undef QSA_W16
@@ -1459,26 +1719,6 @@ static void qsa_blk4(int8_t *out, const uint32_t *xe, const int8_t *w,
  * offset b_off, 2 q, the requantisation m, e and the output offset off */
 typedef struct { int32_t m; int16_t b_off, q2; int8_t e, off; } qsa_ham_p;
 
-/* (lo, hi) as a halfword pair (PKHBT on the DSP extension); qsa_sat8i: saturated to int8,
- * kept as int32 */
-#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
-static inline uint32_t qsa_pk16(int32_t lo, int32_t hi) {
-  uint32_t r;
-  __asm("pkhbt %0, %1, %2, lsl #16" : "=r"(r) : "r"(lo), "r"(hi));
-  return r;
-}
-#define qsa_sat8i(v) __ssat((v), 8)
-#define qsa_neg16(x) __ssub16(0u, (x)) /* both halfwords negated */
-#else
-static inline uint32_t qsa_neg16(uint32_t x) {
-  return (uint32_t)(uint16_t)(-(int32_t)(int16_t)(x & 0xFFFFu))
-         | (uint32_t)(-(int32_t)(int16_t)(x >> 16)) << 16;
-}
-static inline uint32_t qsa_pk16(int32_t lo, int32_t hi) {
-  return (uint32_t)(uint16_t)lo | (uint32_t)hi << 16;
-}
-#define qsa_sat8i(v) ((int32_t)qsa_sat8(v))
-#endif
 #define QSA_RQI(acc2) qsa_sat8i(qsa_smmlar((acc2), m, c + ((acc2) >> 31)) >> e)
 
 /* the block qsa_x4 would expand from the four rows (r, i, j, k of the Hamilton product) of the
@@ -1656,7 +1896,10 @@ static void qsa_convx(int8_t *restrict out, const int8_t *x, const int8_t *f, co
     pwe = we;
   }
 #ifdef QSA_ARITH_FAST
-  if (W == 4) { /* one block per output row, the input rows expanded once each (2 C words,
+#ifndef QSA_CONVX_W4_ONLY /* the exporter's promise: every call takes this path */
+  if (W == 4)
+#endif
+  { /* one block per output row, the input rows expanded once each (2 C words,
                  * a row in the padding: the zero point) and back to back, so the block of
                  * output row oy is the k_h rows from its first tap on: stride SH 2 C words;
                  * as many output rows per qsa_blk4n call as xe holds */
@@ -1740,20 +1983,42 @@ static void qsa_lnorm(int8_t *restrict out, const int8_t *x, const int8_t lut[25
  * common 2^-11 grid, PRELU on the sign of v, then v (or v (alpha + ao)) requantised. */
 typedef struct { int32_t ka, kb, k0, ao, mp, ep, cp, mn, en, cn; } qsa_addprelu_p;
 
+/* one column of qsa_addprelu (alpha the one value al + ao along it): n values at stride st */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void qsa_addprelu_col(int8_t *restrict out, const int8_t *x, const int8_t *y, int32_t n,
+                             int32_t st, int32_t al, const qsa_addprelu_p *p) {
+  const int32_t ka = p->ka, kb = p->kb, k0 = p->k0, mp = (int32_t)((uint32_t)p->mp << 1);
+  const int32_t ep = p->ep, cp = p->cp, mn = (int32_t)((uint32_t)p->mn << 1), en = p->en;
+  const int32_t cn = p->cn;
+  const int32_t end = n * st;
+  int32_t i;
+  for (i = 0; i < end; i += st) { /* one index for the three streams */
+    const int32_t v = x[i] * ka + y[i] * kb + k0;
+    out[i] = (int8_t)(v >= 0 ? qsa_rqai(v, mp, ep, cp) : qsa_rqai(v * al, mn, en, cn));
+  }
+}
+
 static void qsa_addprelu(int8_t *restrict out, const int8_t *x, const int8_t *y,
                          const int8_t *alpha, const qsa_bcast *bc, const qsa_addprelu_p *p) {
   int32_t a, b, c, d;
-  const int32_t n3 = bc->n[3], sb3 = bc->sb[3], ka = p->ka, kb = p->kb, k0 = p->k0;
-  const int32_t ao = p->ao, mp = p->mp, ep = p->ep, cp = p->cp;
+  const int32_t n2 = bc->n[2], n3 = bc->n[3], sb3 = bc->sb[3], ao = p->ao;
   for (a = 0; a < bc->n[0]; ++a)
-    for (b = 0; b < bc->n[1]; ++b)
-      for (c = 0; c < bc->n[2]; ++c) {
-        const int8_t *pa = alpha + a * bc->sb[0] + b * bc->sb[1] + c * bc->sb[2];
-        for (d = 0; d < n3; ++d, pa += sb3) {
-          const int32_t v = 2 * (*x++ * ka + *y++ * kb + k0);
-          *out++ = v >= 0 ? qsa_rqf(v, mp, ep, cp) : qsa_rqf(v * (*pa + ao), p->mn, p->en, p->cn);
-        }
-      }
+    for (b = 0; b < bc->n[1]; ++b) {
+      const int8_t *pa = alpha + a * bc->sb[0] + b * bc->sb[1];
+      if (bc->sb[2] == 0) /* alpha constant down dim 2 (per channel): column by column */
+        for (d = 0; d < n3; ++d)
+          qsa_addprelu_col(out + d, x + d, y + d, n2, n3, pa[d * sb3] + ao, p);
+      else
+        for (c = 0; c < n2; ++c)
+          for (d = 0; d < n3; ++d)
+            qsa_addprelu_col(out + c * n3 + d, x + c * n3 + d, y + c * n3 + d, 1, 1,
+                             pa[c * bc->sb[2] + d * sb3] + ao, p);
+      x += n2 * n3;
+      y += n2 * n3;
+      out += n2 * n3;
+    }
 }
 #endif
 
@@ -1762,19 +2027,49 @@ static void qsa_addprelu(int8_t *restrict out, const int8_t *x, const int8_t *y,
  * y kb + k0 (broadcast as qsa_addh), then v requantised once. */
 typedef struct { int32_t ka, kb, k0, m, e, c; } qsa_addg_p;
 
+/* one run of qsa_addg: n values, x and y at strides sa and sb; contiguous runs four values a
+ * turn, (x, y) as halfword pairs against (ka, kb) (SMLAD: x ka + y kb + k0 exactly) and the
+ * requantisation from the sum itself (qsa_rqa). The same integers. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void qsa_addg_run(int8_t *restrict out, const int8_t *px, const int8_t *py, int32_t n,
+                         int32_t sa, int32_t sb, const qsa_addg_p *p) {
+  const int32_t k0 = p->k0, m2 = (int32_t)((uint32_t)p->m << 1), e = p->e, cc = p->c;
+  if (sa == 1 && sb == 1) {
+    const uint32_t kk = qsa_pk16(p->ka, p->kb);
+    for (; n >= 4; n -= 4, out += 4) {
+      uint32_t xv, yv, x02, y02, x13, y13;
+      memcpy(&xv, px, 4);
+      memcpy(&yv, py, 4);
+      px += 4;
+      py += 4;
+      x02 = qsa_x16(xv);
+      y02 = qsa_x16(yv);
+      x13 = qsa_x16r8(xv);
+      y13 = qsa_x16r8(yv);
+      out[0] = qsa_rqa(qsa_mlad(qsa_pk16(x02, y02), kk, k0), m2, e, cc);
+      out[1] = qsa_rqa(qsa_mlad(qsa_pk16(x13, y13), kk, k0), m2, e, cc);
+      out[2] = qsa_rqa(qsa_mlad(qsa_pkt16(x02, y02), kk, k0), m2, e, cc);
+      out[3] = qsa_rqa(qsa_mlad(qsa_pkt16(x13, y13), kk, k0), m2, e, cc);
+    }
+  }
+  {
+    const int32_t ka = p->ka, kb = p->kb;
+    for (; n > 0; --n, px += sa, py += sb) *out++ = qsa_rqa(*px * ka + *py * kb + k0, m2, e, cc);
+  }
+}
+
 static void qsa_addg(int8_t *restrict out, const int8_t *x, const int8_t *y, const qsa_bcast *bc,
                      const qsa_addg_p *p) {
-  int32_t a, b, c, d;
-  const int32_t n3 = bc->n[3], sa3 = bc->sa[3], sb3 = bc->sb[3], ka = p->ka, kb = p->kb;
-  const int32_t k0 = p->k0, m = p->m, e = p->e, cc = p->c;
+  int32_t a, b, c;
+  const int32_t n3 = bc->n[3];
   for (a = 0; a < bc->n[0]; ++a)
     for (b = 0; b < bc->n[1]; ++b)
-      for (c = 0; c < bc->n[2]; ++c) {
-        const int8_t *px = x + a * bc->sa[0] + b * bc->sa[1] + c * bc->sa[2];
-        const int8_t *py = y + a * bc->sb[0] + b * bc->sb[1] + c * bc->sb[2];
-        for (d = 0; d < n3; ++d, px += sa3, py += sb3)
-          *out++ = qsa_rqf(2 * (*px * ka + *py * kb + k0), m, e, cc);
-      }
+      for (c = 0; c < bc->n[2]; ++c, out += n3)
+        qsa_addg_run(out, x + a * bc->sa[0] + b * bc->sa[1] + c * bc->sa[2],
+                     y + a * bc->sb[0] + b * bc->sb[1] + c * bc->sb[2], n3, bc->sa[3],
+                     bc->sb[3], p);
 }
 #endif
 

@@ -665,23 +665,72 @@ def test_fast_cortex_m_under_qemu_equals_host(c_export, c_export_fast, cpu):
     assert 100_000 < r["instructions_per_hop_mean"] < exact["instructions_per_hop_mean"]
 
 
+def _run_c_m4(folder) -> str:
+    """Build ``folder/t.c`` (qsa_nn.h beside it) for the Cortex-M4 (the mps2-an386 board of
+    build_mcu: -O2, hard float, the DSP extension) and run it under qemu-system-arm; its
+    stdout (printf through semihosting)."""
+    from qsa.export.c_export import MCU_BOARDS, write_mcu_files
+
+    write_mcu_files(folder)
+    board = MCU_BOARDS["cortex-m4"]
+    elf = folder / "t.elf"
+    subprocess.run(["arm-none-eabi-gcc", "-std=c99", "-O2", "-Wall", "-Wno-unused-function",
+                    "-mthumb", *board["flags"], f"-I{folder}", "--specs=rdimon.specs",
+                    "-nostartfiles", "-T", str(folder / "mcu/mps2.ld"), "-o", str(elf),
+                    str(folder / "t.c"), str(folder / "mcu/startup.c"), "-lm"], check=True)
+    r = subprocess.run(["qemu-system-arm", "-M", board["machine"], "-nographic", "-monitor",
+                        "none", "-semihosting-config", "enable=on,target=native", "-kernel",
+                        str(elf)], capture_output=True, text=True, timeout=600, check=True)
+    return r.stdout
+
+
 @needs_cc
-def test_fast_blocked_kernels_equal_the_reference_kernels(tmp_path):
+@pytest.mark.parametrize("where", ["host", "cortex-m4"])
+def test_fast_blocked_kernels_equal_the_reference_kernels(tmp_path, where):
     """The fast build's qsa_fcx / qsa_convx (QSA_ARITH_FAST: several blocks of four rows per
-    qsa_blk4n call, a unit's constants loaded once for all) give qsa_fc's / qsa_conv's
-    integers on random int8 data: the batching changes no value (only the folds do)."""
+    qsa_blk4n call, a unit's constants loaded once for all; on the DSP extension one
+    assembly loop per unit) give qsa_fc's / qsa_conv's integers on random int8 data: the
+    batching changes no value (only the folds do); qsa_bmm_hamt writes qsa_bmm_ham's values,
+    in its layout or a transposed one. On the host (portable C) and on the Cortex-M4 under
+    QEMU (SMLAD / SSAT, the assembly)."""
     from qsa.export.c_kernels import QSA_NN_H
 
+    if where != "host" and arm_toolchain():
+        require([arm_toolchain()], "the Cortex-M build and its QEMU run")
     (tmp_path / "qsa_nn.h").write_text(QSA_NN_H)
     (tmp_path / "t.c").write_text(r"""#include <stdio.h>
 #define QSA_ARITH_FAST 1
 #include "qsa_nn.h"
+#ifdef __ARM_ARCH
+extern void initialise_monitor_handles(void);
+#endif
 static uint32_t s = 7;
 static int32_t rnd(int32_t n) { s = s * 1103515245u + 12345u; return (int32_t)((s >> 8) % n); }
 int main(void) {
-  static int8_t x[8192], w[8192], a[8192], b[8192], sh[64];
+  static int8_t x[16384], w[8192], a[8192], b[8192], sh[64]; /* x: rows depth <= 13,280 */
   static int32_t kb[64], m[64], kx[64], fs[4096];
   int t, i, bad = 0;
+#ifdef __ARM_ARCH
+  initialise_monitor_handles();
+#endif
+  for (t = 0; t < 20; ++t) { /* qsa_bmm_hamt: qsa_bmm_ham's layout, then [nb][n][16] */
+    int nb = 1 + rnd(3), n = 1 + rnd(40), j, bb;
+    qsa_hamt_p h;
+    h.m = (int32_t)(1073741824u + (uint32_t)rnd(1 << 30)); h.e = (int8_t)(1 + rnd(8));
+    h.off = (int8_t)(rnd(80) - 40); h.b_off = (int16_t)(rnd(256) - 128);
+    h.q2 = (int16_t)(2 * (1 + rnd(127))); h.nb = (int16_t)nb; h.b_bs = (int16_t)(4 * n);
+    h.n = (int16_t)n; h.bs = 16 * n;
+    for (i = 0; i < nb * 4 * n; ++i) x[i] = (int8_t)(rnd(256) - 128);
+    qsa_bmm_ham(a, x, h.b_off, nb, 4 * n, n, h.q2, h.m, h.e, h.off);
+    h.n2 = (int16_t)n; h.s1 = n; h.s2 = 1; h.r1 = 4 * n; h.r2 = n;
+    qsa_bmm_hamt(b, x, &h);
+    for (i = 0; i < nb * 16 * n; ++i) bad += a[i] != b[i];
+    h.n2 = (int16_t)(1 + rnd(n)); h.s1 = 16 * h.n2; h.s2 = 16; h.r1 = 4; h.r2 = 1;
+    qsa_bmm_hamt(b, x, &h);
+    for (bb = 0; bb < nb; ++bb)
+      for (i = 0; i < 16; ++i)
+        for (j = 0; j < n; ++j) bad += a[(bb * 16 + i) * n + j] != b[(bb * n + j) * 16 + i];
+  }
   for (t = 0; t < 60; ++t) {
     int rows = 4 * (1 + rnd(20)) + (t % 3 == 0 ? 1 + rnd(3) : 0);
     int depth = 4 * (1 + rnd(t % 2 ? 6 : 40)), units = 1 + rnd(24);
@@ -725,7 +774,9 @@ int main(void) {
     for (i = 0; i < OH * 4 * OC; ++i) bad += a[i] != b[i];
   }
   printf("%d\n", bad);
+  fflush(stdout); /* the board's exit does not flush */
   return 0;
 }
 """)
-    assert _run_c(tmp_path).stdout.split() == ["0"]
+    out = _run_c(tmp_path).stdout if where == "host" else _run_c_m4(tmp_path)
+    assert out.split() == ["0"]
