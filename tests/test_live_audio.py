@@ -456,6 +456,11 @@ def test_microphone_path(pulse, enhancer, noisy, tmp_path, tmp_path_factory, whi
     if not clean_run(lines, signal_t=before[-1]["t"]):
         overloaded(final, f"microphone ({enhancer.model})")
     lag = align(x, inp)  # the file arrived through the server, whole
+    if lag < 0 and any(t >= before[-1]["t"] for t in final["xrun_times_s"]):
+        # xruns in the pre-roll after the file started playing (a host busy at start-up,
+        # 13 of them in one CI run): the ALSA pulse plugin may then drop or repeat what the
+        # server delivered, so the file need not arrive whole; on a clean run it must
+        overloaded(final, f"microphone ({enhancer.model}; file not found in the capture)")
     assert lag >= 0
     errs = segment_errors_db(x, inp, lag)
     assert np.mean(errs < -60) >= 0.9, f"microphone segments vs the file (dB): {errs}"
