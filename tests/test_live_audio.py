@@ -196,16 +196,18 @@ def segment_errors_db(sent, got, lag, seg=SR // 10, search=SR // 20, up=1):
     return np.array(errs)
 
 
-def clean_run(lines: list[dict], signal_t: float = 0.0) -> bool:
-    """No xruns once the signal started (the stream time ``signal_t`` plus most of the 1 s of
-    pre-roll silence, where start-up xruns only grow the jitter buffer) and no reopened
-    stream: the real-time path ran as designed (on an overloaded machine the audio server
-    itself drops and stretches audio)."""
+def clean_run(lines: list[dict], signal_t: float = 0.0, allowed: int = 1) -> bool:
+    """At most ``allowed`` xruns once the signal started (the stream time ``signal_t`` plus
+    most of the 1 s of pre-roll silence, where start-up xruns only grow the jitter buffer)
+    and no reopened stream: the real-time path ran as designed (on an overloaded machine the
+    audio server itself drops and stretches audio). One xrun is allowed by default: checks
+    made per segment tolerate the one-block shift it leaves; a check over the whole stream
+    passes ``allowed=0``."""
     early = [d for d in lines if d["t"] <= signal_t + 0.8 * PREROLL / SR]
     base = early[-1] if early else {"underruns": 0, "overruns": 0, "restarts": 0}
     final = lines[-1]
     xruns = final["underruns"] + final["overruns"] - base["underruns"] - base["overruns"]
-    return xruns <= 1 and final["restarts"] == base["restarts"]
+    return xruns <= allowed and final["restarts"] == base["restarts"]
 
 
 def overloaded(stats: dict, what: str):
@@ -244,6 +246,46 @@ class HostLoad:
             self.stall = (_cpu_other_s() - self._cpu0) / wall / cores
             self.what = f"other processes used {self.stall:.0%} of the spare cores"
         self.busy = self.stall > HOST_BUSY_STALL
+        return False
+
+
+class SinkQuantum:
+    """The render quantum of a null sink while a block ran: the largest ``configured``
+    latency ``pactl`` reports for it below its idle 2 s (polled every 0.3 s, in ms).
+
+    A null sink renders its input in chunks of its configured latency and hands each chunk to
+    its monitor at once, while the latency it reports to the playing client is how far it has
+    rendered ahead (measured at 16 kHz, --latency low: 0.3-7.6 ms of a 10 ms quantum, fixed
+    for a stream by the phase of the client's wake-ups against the sink's timer). So the
+    loop's true delay sits up to one quantum away from what the client is told: the app's
+    ``device`` figure cannot resolve it, and a loop-back check must allow it."""
+
+    def __init__(self, pulse, sink: str):
+        import threading
+
+        self._pulse, self._sink, self._stop = pulse, sink, threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self.ms = 0.0
+
+    def _poll(self):
+        import re
+
+        while not self._stop.wait(0.3):
+            out = subprocess.run(["pactl", "list", "sinks"], env=self._pulse.env,
+                                 capture_output=True, text=True, timeout=10).stdout
+            for block in out.split("Sink #")[1:]:
+                if re.search(rf"^\s*Name: {re.escape(self._sink)}$", block, re.M):
+                    m = re.search(r"Latency: \d+ usec, configured (\d+) usec", block)
+                    if m and int(m.group(1)) < 2_000_000:
+                        self.ms = max(self.ms, int(m.group(1)) / 1000)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=15)
         return False
 
 
@@ -293,7 +335,7 @@ def test_file_through_the_loop(pulse, enhancer, looped, tmp_path, rate, channels
     """--input-file played through the real duplex stream, output looped back to the input:
     the recorded output equals offline processing, the looped-back stream carries it (after
     latency alignment) with the noise level dropped, and the click comes back after the
-    reported end-to-end latency within one block.
+    reported end-to-end latency within one block and the null sink's render quantum.
 
     The exact checks (what the model saw and produced) must hold on every run. The checks of
     the audio server's loop-back depend on the server getting the CPU in time: on a loaded
@@ -305,7 +347,8 @@ def test_file_through_the_loop(pulse, enhancer, looped, tmp_path, rate, channels
     for attempt in range(3):
         rec = tmp_path / f"rec{attempt}.wav"
         try:
-            with HostLoad() as host:
+            sink = "loop" if rate == SR else "loop48"
+            with HostLoad() as host, SinkQuantum(pulse, sink) as quantum:
                 lines, y = _loop_run(pulse, enhancer, looped, rec, rate, channels, latency)
         except subprocess.TimeoutExpired as e:  # the file plays in ~12 s; 90 s is starvation
             if not host.busy:
@@ -323,7 +366,7 @@ def test_file_through_the_loop(pulse, enhancer, looped, tmp_path, rate, channels
             )
             continue
         try:
-            _loop_server_checks(looped, lines, y, rate)
+            _loop_server_checks(looped, lines, y, rate, quantum.ms)
             return
         except AssertionError as e:
             overloaded_runs += host.busy  # a busy host moves the server's timing: excused
@@ -372,7 +415,7 @@ def _loop_exact_checks(enhancer, noisy, lines, y, rate, channels):
     )
 
 
-def _loop_server_checks(noisy, lines, y, rate):
+def _loop_server_checks(noisy, lines, y, rate, quantum_ms):
     _, _, click = noisy
     final = lines[-1]
     inp, out, mic = y.T
@@ -384,9 +427,14 @@ def _loop_server_checks(noisy, lines, y, rate):
         f"\n[{rate} Hz] click through the loop: measured {measured_ms:.1f} ms, reported "
         f"{reported['end_to_end']:.1f} ms (algorithmic {reported['algorithmic']:.1f} + buffering "
         f"{reported['buffering']:.1f}; device {reported['device']:.1f}, pipeline "
-        f"{reported['pipeline']:.1f}); xruns {final['xruns']}, restarts {final['restarts']}"
+        f"{reported['pipeline']:.1f}, device spread {reported['device_spread']:.1f}; sink quantum "
+        f"{quantum_ms:.1f}); xruns {final['xruns']}, restarts {final['restarts']}"
     )
-    assert abs(measured_ms - reported["end_to_end"]) <= BLOCK_MS, (measured_ms, reported)
+    # within one block plus what the server cannot report (SinkQuantum; seen: -10.6 to
+    # +10.3 ms at a 10 ms quantum) and the spread of its per-callback reports
+    assert 0 < quantum_ms <= 50, f"the null sink's render quantum was not seen: {quantum_ms}"
+    bound = BLOCK_MS + quantum_ms + reported["device_spread"]
+    assert abs(measured_ms - reported["end_to_end"]) <= bound, (measured_ms, bound, reported)
 
     # the enhanced stream made it through the audio server and back, sample for sample
     lag = align(out, mic)

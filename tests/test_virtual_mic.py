@@ -24,6 +24,7 @@ from test_live_audio import (
     SR,
     Enhancer,
     HostLoad,
+    SinkQuantum,
     align,
     clean_run,
     json_lines,
@@ -33,7 +34,7 @@ from test_live_audio import (
 )
 
 from qsa.apps.live.pulse import PrivatePulse
-from qsa.apps.live.virtual import DEFAULT_NAME, VirtualMic, qsa_modules
+from qsa.apps.live.virtual import DEFAULT_NAME, SINK_SUFFIX, VirtualMic, qsa_modules
 from qsa.errors import AudioError, ConfigError
 
 pytestmark = pytest.mark.realtime  # make test runs it alone: a loaded CPU drops real-time audio
@@ -166,11 +167,11 @@ def test_second_client_records_the_enhanced_stream(pulse, enhancer, tmp_path, tm
     source: it holds the offline enhancement of the file (correlation > 0.99). The app itself
     captures the same source as its microphone (PULSE_SOURCE; --input-file only records it),
     aligned with what it played: a click in the file comes back after the end-to-end latency
-    the app reports, within one block."""
+    the app reports, within one block and the virtual sink's render quantum (SinkQuantum)."""
     path, x, click = make_noisy(tmp_path_factory, enhancer)
     rec = tmp_path / "rec.wav"
     env = dict(pulse.env, PULSE_SOURCE=DEFAULT_NAME)
-    with HostLoad() as host:
+    with HostLoad() as host, SinkQuantum(pulse, DEFAULT_NAME + SINK_SUFFIX) as quantum:
         app = start_app(pulse, "--virtual-mic", "--model", enhancer.model, "--input-file", path,
                         "--record", rec, "--block-ms", BLOCK_MS, "--json-stats", env=env)
         try:
@@ -210,18 +211,23 @@ def test_second_client_records_the_enhanced_stream(pulse, enhancer, tmp_path, tm
     win = mic[click : click + SR // 2]
     measured_ms = int(np.argmax(np.abs(win))) / SR * 1000
     reported = final["latency_ms"]["end_to_end"]
+    bound = BLOCK_MS + quantum.ms + final["latency_ms"]["device_spread"]
     print(f"\n[virtual mic] parec vs offline enhancement: correlation {corr:.4f} at lag "
           f"{lag} samples, {matched:.0%} of 100 ms segments within -30 dB; click through "
           f"the virtual source: measured {measured_ms:.1f} ms, "
-          f"reported {reported:.1f} ms ({final['latency_ms']}); xruns {final['xruns']}; "
+          f"reported {reported:.1f} ms ({final['latency_ms']}; sink quantum {quantum.ms:.1f} "
+          f"ms); xruns {final['xruns']}; "
           f"{host.what}")  # fmt: skip
-    if not clean_run(lines) or host.busy:
-        if corr > 0.99 and abs(measured_ms - reported) <= BLOCK_MS:
+    # the correlation is taken over the whole stream, which one dropped block breaks (seen on
+    # an idle host: one ring underrun, correlation 0.837): any xrun is an overloaded run here
+    if not clean_run(lines, allowed=0) or host.busy:
+        if corr > 0.99 and abs(measured_ms - reported) <= bound:
             return  # passed anyway
         overloaded(final, f"virtual mic ({host.what}; correlation {corr:.3f}, latency "
                           f"measured {measured_ms:.1f} ms vs reported {reported:.1f} ms)")
     assert corr > 0.99
-    assert abs(measured_ms - reported) <= BLOCK_MS, (measured_ms, reported)
+    assert 0 < quantum.ms <= 50, f"the virtual sink's render quantum was not seen: {quantum.ms}"
+    assert abs(measured_ms - reported) <= bound, (measured_ms, bound, reported)
     errs = segment_errors_db(ref, mic, align(ref, mic))  # 16-bit: exact to ~-70 dB
     assert np.mean(errs < -40) >= 0.9, np.round(errs, 1)
 

@@ -869,6 +869,18 @@ class LiveSession:
             return float(sum(la) if isinstance(la, tuple | list) else la)
         return 0.0
 
+    @property
+    def device_latency_spread_s(self) -> float:
+        """Half the 10-90 % range of the per-callback DAC - ADC estimates (seconds): how far
+        the audio server's own latency report moves from callback to callback, which bounds
+        how well ``device`` (their median) can know the true figure. 0 before any callback."""
+        lat = self._dev_latency[np.isfinite(self._dev_latency)]
+        lat = lat[lat > 0]
+        if lat.size < 2:
+            return 0.0
+        lo, hi = np.percentile(lat, [10, 90])
+        return float(hi - lo) / 2
+
     def close(self) -> None:
         if self._closed:
             return
@@ -995,6 +1007,9 @@ class LiveSession:
                 "algorithmic": round(alg_ms, 2),
                 "buffering": round(buf_ms, 2),
                 "device": round(dev_ms, 2),
+                # +- how far the server's per-callback latency reports spread (see
+                # device_latency_spread_s): the uncertainty of "device" and "end_to_end"
+                "device_spread": round(self.device_latency_spread_s * 1000, 2),
                 "pipeline": round(pipe_ms, 2),
                 # part of "pipeline": the device-rate <-> model-rate resampling (0 at the
                 # model's rate); --resample-quality trades it against the resampler's error
