@@ -66,35 +66,41 @@ BATCH_MATMUL, a DEPTHWISE_CONV_2D), qsa_softmax 23K, the rest of the float DSP ~
 constant fused into the exact blocked kernels as an epilogue (its own rounding kept) was tried
 and measured no cheaper.
 
-Fast build (``arith="fast"``), after two rounds of issue-31 tuning (12-07): 1,005,550
-instructions per hop on the M4 (M7 1,011,042), flash 64,824 B (M7 64,852 B), RAM 40,060 B
-(30,968 + 9,092 stack), its Cortex-M output equal to its host build. Measured with ``qsa export
-qcgan-35k --target c --c-arith fast`` (the report's ``c.mcu``); the network integers are those
-of the build before either round (1,155,191 / 1,166,108 per hop, flash 63,632 B), so against
-TFLite-Micro on the verification utterance the mask output is within 40 int8 steps (mean 3.5),
-the other output within 3 (mean 0.4), the state within 18 (means <= 1.9): inside the stated
-64 / 6.0; round 1 changed the DSP's float rounding (PCM: see docs/benchmarks.md, "C build:
-instructions per hop"), round 2 nothing (PCM bit-identical). Round 1 (1,061,836 per hop, flash
-65,016 B): ``qsa_blk4n`` two weight words per turn, one loop per kind of weights (int8 or
-expanded), ``qsa_rqa`` (SMMLAR of the accumulator itself against 2 m - 2^32: one instruction
-less per output, the same integers); ``qsa_convx`` expanding each input row once into a sliding
-buffer; ``qsa_xham`` as six distinct halfword pairs with STRDs; ``qsa_dwconvs``' constants once
-per call; the DSP's real FFT and its inverse as one complex FFT of n / 2 points and a split
-pass. Round 2: ``qsa_blk4a`` (one unit's blocks as one assembly loop on the DSP extension,
--22.5K), ``qsa_addg_run`` / ``qsa_addprelu_col`` / ``qsa_preluf_col`` (runs and columns with
-their constants in registers, SMLAD pairs for ADD, -17.6K), ``qsa_bmm_hamt`` (a materialised
-Hamilton expansion writes the layout of the TRANSPOSE that reads it: ``_ham_transposed``, the
-TRANSPOSE absorbed and planned like a folded ADD, -11.0K and 4,480 B of arena), ``qsa_bmm2``'s
-column pairs built two rows by four columns a turn (-5.0K), and the general paths of
-``qsa_convx`` / ``qsa_preluf`` compiled out where no call of the model needs them
-(``QSA_CONVX_W4_ONLY`` / ``QSA_PRELUF_COLS_ONLY``, -816 B of flash). The exact build's
-instructions (1,566,795 per hop) and its 65,480 B are unchanged (the same ELF text). That is
-still 1.50x a 50 % load of a 168 MHz M4 (672,000 per hop; 75 % of the core). Per function (M4,
-one hop, QEMU ``-d exec,nochain`` counts, before the qsa_bmm2 step): qsa_blk4a 315K + qsa_blk4n
-38K (the MAC loops ~200K at 13 / 15 instructions per 16 MACs, per block of four outputs ~56 of
-requantisation and bookkeeping, per unit ~35 of setup), qsa_bmm2 77K, qsa_dwconvs 72K, qsa_xham
-53K, qsa_gather4 52K, qsa_lnorm 49K, qsa_bmm_hamt 40K, the float DSP ~99K, qsa_addprelu_col 33K,
-qsa_addg_run 31K, qsa_reduce 22K, qsa_softmax 21K, qsa_preluf_col 19K, qsa_mulf 17K, memcpy 16K.
+Fast build (``arith="fast"``), after three rounds of issue-31 tuning (12-07): 895,704 instructions
+per hop on the M4 (M7 895,502), flash 65,316 B (M7 65,264 B), RAM 40,428 B (31,336 + 9,092 stack),
+its Cortex-M output equal to its host build; after round 2 1,005,550 (M7 1,011,042), 64,824 B,
+40,060 B. Measured with ``qsa export qcgan-35k --target c --c-arith fast`` (the report's
+``c.mcu``); the network integers are those of the build before any round (1,155,191 / 1,166,108 per
+hop, flash 63,632 B), so against TFLite-Micro on the verification utterance the mask output is
+within 40 int8 steps (mean 3.5), the other output within 3 (mean 0.4), the state within 18 (means
+<= 1.9): inside the stated 64 / 6.0; round 1 changed the DSP's float rounding (PCM: see
+docs/benchmarks.md, "C build: instructions per hop"), rounds 2 and 3 nothing (PCM bit-identical).
+Round 1 (1,061,836 per hop, flash 65,016 B): ``qsa_blk4n`` two weight words per turn, one loop per
+kind of weights (int8 or expanded), ``qsa_rqa`` (SMMLAR of the accumulator itself against 2 m -
+2^32: one instruction less per output, the same integers); ``qsa_convx`` expanding each input row
+once into a sliding buffer; ``qsa_xham`` as six distinct halfword pairs with STRDs;
+``qsa_dwconvs``' constants once per call; the DSP's real FFT and its inverse as one complex FFT of
+n / 2 points and a split pass. Round 2: ``qsa_blk4a`` (one unit's blocks as one assembly loop on
+the DSP extension, -22.5K), ``qsa_addg_run`` / ``qsa_addprelu_col`` / ``qsa_preluf_col`` (runs and
+columns with their constants in registers, SMLAD pairs for ADD, -17.6K), ``qsa_bmm_hamt`` (a
+materialised Hamilton expansion writes the layout of the TRANSPOSE that reads it:
+``_ham_transposed``, the TRANSPOSE absorbed and planned like a folded ADD, -11.0K and 4,480 B of
+arena), ``qsa_bmm2``'s column pairs built two rows by four columns a turn (-5.0K), and the general
+paths of ``qsa_convx`` / ``qsa_preluf`` compiled out where no call of the model needs them
+(``QSA_CONVX_W4_ONLY`` / ``QSA_PRELUF_COLS_ONLY``, -816 B of flash). Round 3 (-109.8K, the same
+integers, PCM bit-identical): ``qsa_blk4a``'s rows by LDM (-29.6K), ``qsa_gather4``'s runs chosen
+per row and the 8-byte de-interleave (-21.7K), ``qsa_fcx``'s depth-4 rows (-14.5K, -460 B),
+``qsa_xhamn`` (-11.7K), ``qsa_dwconvs`` (-8.7K; its folded bias filled at init, 368 B of RAM
+instead of flash), ``qsa_softmax`` (-6.9K), ``qsa_lnorm`` (-5.4K), ``qsa_reduce`` (-4.9K),
+``qsa_blk4n`` (-3.6K), ``qsa_bmm2`` (-2.8K). The exact build's instructions (1,566,795 per hop) and
+its 65,480 B are unchanged (the same ELF text, the same qsa_net.c). That is still 1.33x a 50 % load
+of a 168 MHz M4 (672,000 per hop; 67 % of the core). Round 2, per function (M4, one hop, QEMU ``-d
+exec,nochain`` counts, before the qsa_bmm2 step): qsa_blk4a 315K + qsa_blk4n 38K (the MAC loops
+~200K at 13 / 15 instructions per 16 MACs, per block of four outputs ~56 of requantisation and
+bookkeeping, per unit ~35 of setup), qsa_bmm2 77K, qsa_dwconvs 72K, qsa_xham 53K, qsa_gather4 52K,
+qsa_lnorm 49K, qsa_bmm_hamt 40K, the float DSP ~99K, qsa_addprelu_col 33K, qsa_addg_run 31K,
+qsa_reduce 22K, qsa_softmax 21K, qsa_preluf_col 19K, qsa_mulf 17K, memcpy 16K (after round 3: see
+docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -400,6 +406,17 @@ class _Gen:
             self.lut_decls.append(f"static {ctype} {name}[256];")
             self.init.append(f"  {fill(name)}")
             self.lut_bytes += 256 * np.dtype(ctype[:-2]).itemsize
+        return self.dedup[key]
+
+    def _ram_array(self, key, prefix: str, ctype: str, n: int, fill) -> str:
+        """A RAM array of ``n`` values filled by qsa_init with the C call ``fill(name)`` (a
+        constant computed once instead of stored in flash); -> its name."""
+        if key not in self.dedup:
+            self.n += 1
+            name = self.dedup[key] = f"{prefix}{self.n}"
+            self.lut_decls.append(f"static {ctype} {name}[{n}];")
+            self.init.append(f"  {fill(name)}")
+            self.lut_bytes += n * np.dtype(ctype[:-2]).itemsize
         return self.dedup[key]
 
     def wconst(self, data: np.ndarray) -> str:
@@ -946,6 +963,8 @@ class _Gen:
                 o2, kb4, ms2 = fold
                 b, pc, ozp = self.i32s(kb4.reshape(-1)), 3, o2.zp
                 mm, ss = self.i32s([m for m, _ in ms2]), self.i32s([s for _, s in ms2], "int8_t")
+            if self.fast and rows % 4 and not (depth == 4 and hm is None and pc in (0, 1)):
+                self.general.add("QSA_FCX_ROWS4_ONLY")  # a leftover row: the general loop
             self.body.append(f"  qsa_fcx({self.ptr(op.outputs[0])}, {xp}, {wp}, {b}, {rows}, "
                              f"{depth}, {units}, {mm}, {ss}, {pc}, {ozp}, {hp});")
             return
@@ -1018,8 +1037,11 @@ class _Gen:
                              f"{self.i32s(rows, 'uint8_t')}, {2 * q}, {m}, {-s}, {o.zp});")
             return
         Kp = K + K % 2
-        if (a.data is None and b.data is None and _fast_shift(s) and M * Kp <= 640
-                and Kp <= 128 and K * 255 * 255 < _ACC_BOUND):
+        fits = M * Kp <= 640 and Kp <= 128
+        if self.fast:  # the fast qsa_bmm2: K padded to a multiple of 4, rows in pairs
+            fits = (M + M % 2) * ((K + 3) & ~3) <= 640 and ((K + 3) & ~3) <= 128
+        if (a.data is None and b.data is None and _fast_shift(s) and fits
+                and K * 255 * 255 < _ACC_BOUND):
             fn = "qsa_bmm2" if self.lean else "qsa_bmmf"
             self.body.append(f"  {fn}({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
                              f"{-a.zp}, {self.ptr(op.inputs[1])}, {-b.zp}, {nb}, "
@@ -1075,6 +1097,11 @@ class _Gen:
                 if (self.lean and oc % 4 == 0 and oc <= 128 and ic == oc
                         and int((np.abs(wd).sum(0) * 128 + np.abs(kb)).max()) < _ACC_BOUND):
                     # zero-point padding: the input offset over all taps folds into the bias
+                    if self.fast:  # the fast kernel takes the folded bias, computed at init
+                        fp, bp = self.ptr(op.inputs[1]), b
+                        b = self._ram_array(("dwkb", fp, bp, p), "kb", "int32_t", oc,
+                                            lambda n_: f"qsa_dwconvs_bias({n_}, {fp}, {bp}, "
+                                                       f"&{p});")
                     self.body.append(f"  qsa_dwconvs({self.ptr(op.outputs[0])}, "
                                      f"{self.ptr(op.inputs[0])}, {self.ptr(op.inputs[1])}, {b}, "
                                      f"{mm}, {ss}, &{p});")
@@ -1493,7 +1520,8 @@ def generate_c(tflite_path: str | os.PathLike, out_dir: str | os.PathLike,
          *(["/* arith fast: folded ADDs, SiLU tables (see the header's bound) */",
             "#define QSA_ARITH_FAST 1"] if fast else []),
          *([f"#define {d} 1 /* no call needs the kernel's general path */"
-            for d in ("QSA_CONVX_W4_ONLY", "QSA_PRELUF_COLS_ONLY") if d not in gen.general]
+            for d in ("QSA_CONVX_W4_ONLY", "QSA_PRELUF_COLS_ONLY", "QSA_FCX_ROWS4_ONLY")
+            if d not in gen.general]
            if fast else []),
          '#include "qsa_nn.h"', "",
          "#ifdef QSA_PROFILE /* per-op timing hook: the profiler defines qsa_mark(op) */",

@@ -70,7 +70,20 @@ constant along a column: one index for every stream, alpha in a register); ``qsa
 r2 + (j / n2) s1 + (j % n2) s2: its own, or that of the TRANSPOSE reading it, which then does
 not run); ``qsa_bmm2`` building B's (k, k + 1) column pairs two rows by four columns a turn. The
 exporter compiles out general paths no call needs (``QSA_CONVX_W4_ONLY``,
-``QSA_PRELUF_COLS_ONLY``). Without ``QSA_ARITH_FAST`` none of it is compiled.
+``QSA_PRELUF_COLS_ONLY``). Round 3 (12-07, the same integers once more): ``qsa_blk4a`` loads
+two rows' pairs per LDM (11 / 13 instructions per 16 MACs for expanded / int8 weights, were
+13 / 15); ``qsa_blk4n`` walks the units with pointers; ``qsa_xhamn`` expands a convolution
+block's input rows in one call (``qsa_xham`` its one-row form); ``qsa_fcx`` computes depth-4
+rows (the mask heads) row by row, its leftover-row loop compiled out where no call needs it
+(``QSA_FCX_ROWS4_ONLY``); ``qsa_bmm2`` pads K to a multiple of 4 and keeps A's rows in
+interleaved pairs (4 LDRD + 8 SMLAD per 16 MACs, in assembly); ``qsa_gather4`` chooses the kind
+of run once per row (and de-interleaves 8 bytes for 4-byte runs at stride 2); ``qsa_lnorm``
+takes the variance from per-component sums (sum (N x - S)^2 = N^2 sum x^2 - N S^2) and
+requantises x (N r) - S r, no buffer; ``qsa_reduce`` sums over dim 2 straight from x;
+``qsa_softmax`` rounds its divisions as adds and shifts (every value >= 0) and its
+doubling-high-multiply as one SMMLAR; ``qsa_dwconvs`` takes its folded bias from
+``qsa_dwconvs_bias`` at init (RAM, not flash) and requantises in a pass of its own. Without
+``QSA_ARITH_FAST`` none of it is compiled.
 """
 
 QSA_NN_H = r"""/* qsa_nn.h: int8 kernels of a `qsa export --target c` network (generated; see
@@ -195,6 +208,48 @@ static inline int qsa_clz32(uint32_t x) {
 /* ---- data movement -------------------------------------------------------------------- */
 
 /* out (contiguous, dims n[4]) <- in read with element strides s[4] (transpose, slice) */
+#ifdef QSA_ARITH_FAST
+/* the fast build: the kind of run chosen once per (a, b) row, not per run, the runs walked
+ * with a pointer (the decoder's TRANSPOSEs move 2-byte runs, ~27 instructions each before,
+ * and 4 bytes at stride 2: a word from bytes 0, 2, 4, 6). Same bytes. */
+static void qsa_gather4(int8_t *restrict out, const int8_t *in, const int16_t n[4],
+                        const int16_t s[4]) {
+  int32_t a, b, c, d;
+  const int32_t n2 = n[2], s2 = s[2], n3 = n[3], s3 = s[3];
+  for (a = 0; a < n[0]; ++a)
+    for (b = 0; b < n[1]; ++b) {
+      const int8_t *p = in + a * s[0] + b * s[1];
+      if (s3 == 1 && n3 >= 16)
+        for (c = 0; c < n2; ++c, p += s2, out += n3) memcpy(out, p, (size_t)n3);
+      else if (s3 == 1 && n3 == 2) /* one halfword */
+        for (c = 0; c < n2; ++c, p += s2, out += 2) memcpy(out, p, 2);
+      else if (s3 == 1 && n3 == 4) /* one word */
+        for (c = 0; c < n2; ++c, p += s2, out += 4) memcpy(out, p, 4);
+      else if (s3 == 2 && n3 == 4 && s2 == 1 && n2 == 2) { /* 8 bytes b0..b7 de-interleaved:
+                                                          * b0 b2 b4 b6, b1 b3 b5 b7 */
+        uint32_t x0, x1, v;
+        memcpy(&x0, p, 4);
+        memcpy(&x1, p + 4, 4);
+        v = (x0 & 0xFFu) | (x0 >> 8 & 0xFF00u) | (x1 & 0xFFu) << 16 | (x1 << 8 & 0xFF000000u);
+        memcpy(out, &v, 4);
+        v = (x0 >> 8 & 0xFFu) | (x0 >> 16 & 0xFF00u) | (x1 & 0xFF00u) << 8
+            | (x1 & 0xFF000000u);
+        memcpy(out + 4, &v, 4);
+        out += 8;
+      } else
+        for (c = 0; c < n2; ++c, p += s2) {
+          const int8_t *q = p;
+          for (d = 0; d + 4 <= n3; d += 4, q += 4 * s3, out += 4) { /* four bytes, one word */
+            const uint32_t v = (uint32_t)(uint8_t)q[0] | (uint32_t)(uint8_t)q[s3] << 8
+                               | (uint32_t)(uint8_t)q[2 * s3] << 16
+                               | (uint32_t)(uint8_t)q[3 * s3] << 24;
+            memcpy(out, &v, 4);
+          }
+          for (; d < n3; ++d, q += s3) *out++ = *q; /* short runs: no call */
+        }
+    }
+}
+#else
 static void qsa_gather4(int8_t *restrict out, const int8_t *in, const int16_t n[4],
                         const int16_t s[4]) {
   int32_t a, b, c, d;
@@ -217,6 +272,7 @@ static void qsa_gather4(int8_t *restrict out, const int8_t *in, const int16_t n[
         }
       }
 }
+#endif
 
 /* rows x cols block copy with row strides (concatenation) */
 static void qsa_copy2d(int8_t *restrict out, int32_t out_stride, const int8_t *in,
@@ -381,6 +437,7 @@ static void qsa_softmax_table(int32_t e[256], int32_t in_mult, int32_t in_ls, in
     e[d] = -d >= diff_min ? qsa_exp_neg(qsa_srdhm(qsa_shl(-d, in_ls), in_mult), 5) : 0;
 }
 
+#ifndef QSA_ARITH_FAST /* the fast build's qsa_softmax: after qsa_rqa */
 static void qsa_softmax(int8_t *restrict out, const int8_t *x, int32_t outer, int32_t depth,
                         const int32_t e[256], int32_t diff_min) {
   int32_t i, c;
@@ -397,6 +454,7 @@ static void qsa_softmax(int8_t *restrict out, const int8_t *x, int32_t outer, in
                    ? qsa_sat8(qsa_rdbpot(qsa_srdhm(scale, e[mx - x[c]]), expo) - 128) : -128;
   }
 }
+#endif
 
 /* ---- matrix products ------------------------------------------------------------------ */
 
@@ -631,6 +689,39 @@ static inline int8_t qsa_rqf(int32_t acc2, int32_t m, int32_t e, int32_t c) {
  * c + [acc < 0]): one instruction less per output, the same integers (|acc| < 2^30) */
 static inline int8_t qsa_rqa(int32_t acc, int32_t m2, int32_t e, int32_t c) {
   return qsa_ssat8(qsa_smmlar(acc, m2, c + acc + (acc >> 31)) >> e);
+}
+/* SOFTMAX as qsa_softmax (the same integers), every value of the table e[] and of the
+ * products being >= 0: RoundingDivideByPOT as (v + 2^(k-1)) >> k (unsigned), and
+ * SaturatingRoundingDoublingHighMul(scale, v) for scale in [2^30, 2^31) (1 / (1 + x)) as one
+ * SMMLAR(v, 2 scale - 2^32, v) = (2 scale v + 2^31) >> 32 (the qsa_rqa identity); the
+ * general form where scale is smaller */
+static void qsa_softmax(int8_t *restrict out, const int8_t *x, int32_t outer, int32_t depth,
+                        const int32_t e[256], int32_t diff_min) {
+  int32_t i, c;
+  for (i = 0; i < outer; ++i, x += depth) {
+    int32_t mx = -128, scale, hp1, expo;
+    uint32_t sum = 0, half;
+    for (c = 0; c < depth; ++c) mx = QSA_MAX(mx, x[c]);
+    for (c = 0; c < depth; ++c)
+      if (x[c] - mx >= diff_min) sum += ((uint32_t)e[mx - x[c]] + 2048u) >> 12;
+    hp1 = qsa_clz32(sum);
+    scale = qsa_one_over_one_plus_x((int32_t)((sum << hp1) - (1u << 31)));
+    expo = (12 - hp1) + 31 - 8;
+    half = 1u << (expo - 1);
+    if (scale >= (1 << 30)) {
+      const int32_t m2 = (int32_t)((uint32_t)scale << 1);
+      for (c = 0; c < depth; ++c) {
+        const int32_t v = e[mx - x[c]];
+        *out++ = x[c] - mx >= diff_min
+                     ? qsa_sat8((int32_t)(((uint32_t)qsa_smmlar(v, m2, v) + half) >> expo) - 128)
+                     : -128;
+      }
+    } else {
+      for (c = 0; c < depth; ++c)
+        *out++ = x[c] - mx >= diff_min
+                     ? qsa_sat8(qsa_rdbpot(qsa_srdhm(scale, e[mx - x[c]]), expo) - 128) : -128;
+    }
+  }
 }
 /* the same, kept as int32 (no sign extension of the int8) */
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
@@ -1195,6 +1286,86 @@ static void qsa_convc(int8_t *restrict out, const int8_t *x, const int8_t *f, co
  * input offset folds into the bias (bias + in_off sum over all taps, once a call); four channels
  * per pass, one word of input and of filter per tap (SMLABB / SMLATT on the DSP extension).
  * Same integers as qsa_dwconv. */
+#ifdef QSA_ARITH_FAST
+/* the fast build's qsa_dwconvs: bias is the folded bias (bias + in_off sum over the taps,
+ * the zero-point padding as above; qsa_dwconvs_bias at init); per output pixel the
+ * accumulators of all channels first (four channels a pass, as above), then one
+ * requantisation pass over the channels with each channel's constants computed once per
+ * call (in the channel loop GCC spilled the four requantisations' constants to the stack).
+ * Same integers as qsa_dwconvs. */
+typedef struct { int32_t m2, e, c; } qsa_rq3;
+/* its folded bias, filled at init (RAM, not flash): kb[c] = bias[c] + in_off sum_t f[t][c] */
+QSA_INIT_CODE static void qsa_dwconvs_bias(int32_t *kb, const int8_t *f, const int32_t *bias,
+                                           const qsa_conv_p *p) {
+  int32_t c, t;
+  for (c = 0; c < p->out_c; ++c) {
+    int32_t fs = 0;
+    for (t = 0; t < p->k_h * p->k_w; ++t) fs += f[t * p->out_c + c];
+    kb[c] = (bias ? bias[c] : 0) + p->in_off * fs;
+  }
+}
+static void qsa_dwconvs(int8_t *restrict out, const int8_t *x, const int8_t *f,
+                        const int32_t *kbias, const int32_t *mult, const int8_t *shift,
+                        const qsa_conv_p *p) {
+  int32_t n, oy, ox, ky, kx, c, t, T;
+  uint32_t zrow[32];
+  int32_t acc[128];
+  qsa_rq3 rq[128];
+  const int8_t *tx[32];
+  const int32_t C = p->out_c, IH = p->in_h, IW = p->in_w, KH = p->k_h, KW = p->k_w;
+  const uint32_t zp4 = 0x01010101u * (uint8_t)(int8_t)(-p->in_off);
+  for (c = 0; c < C / 4; ++c) zrow[c] = zp4;
+  for (c = 0; c < C; ++c) {
+    rq[c].m2 = (int32_t)((uint32_t)mult[c] << 1);
+    rq[c].e = -shift[c];
+    rq[c].c = qsa_rqc(-shift[c], p->out_off);
+  }
+  for (n = 0; n < p->batches; ++n)
+    for (oy = 0; oy < p->out_h; ++oy)
+      for (ox = 0; ox < p->out_w; ++ox) {
+        const qsa_rq3 *r = rq;
+        T = 0;
+        for (ky = 0; ky < KH; ++ky) {
+          const int32_t iy = oy * p->stride_h - p->pad_h + ky * p->dil_h;
+          for (kx = 0; kx < KW; ++kx) {
+            const int32_t ix = ox * p->stride_w - p->pad_w + kx * p->dil_w;
+            tx[T++] = iy < 0 || iy >= IH || ix < 0 || ix >= IW
+                          ? (const int8_t *)zrow : x + ((n * IH + iy) * IW + ix) * C;
+          }
+        }
+        for (c = 0; c < C; c += 4) { /* acc[c .. c + 3]: four channels' dot products */
+          int32_t a0 = kbias[c], a1 = kbias[c + 1], a2 = kbias[c + 2], a3 = kbias[c + 3];
+          const int8_t *pf = f + c;
+          for (t = 0; t < T; ++t, pf += C) {
+            const int8_t *px = tx[t] + c; /* zrow + c: still the zero point */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+            uint32_t xv, fv, x02, f02, x13, f13;
+            memcpy(&xv, px, 4);
+            memcpy(&fv, pf, 4);
+            x02 = __sxtb16(xv);
+            f02 = __sxtb16(fv);
+            x13 = qsa_sxtb16_ror8(xv);
+            f13 = qsa_sxtb16_ror8(fv);
+            a0 = __smlabb(x02, f02, a0);
+            a2 = __smlatt(x02, f02, a2);
+            a1 = __smlabb(x13, f13, a1);
+            a3 = __smlatt(x13, f13, a3);
+#else
+            a0 += px[0] * pf[0];
+            a1 += px[1] * pf[1];
+            a2 += px[2] * pf[2];
+            a3 += px[3] * pf[3];
+#endif
+          }
+          acc[c] = a0;
+          acc[c + 1] = a1;
+          acc[c + 2] = a2;
+          acc[c + 3] = a3;
+        }
+        for (c = 0; c < C; ++c, ++r) *out++ = qsa_rqa(acc[c], r->m2, r->e, r->c);
+      }
+}
+#else
 static void qsa_dwconvs(int8_t *restrict out, const int8_t *x, const int8_t *f,
                         const int32_t *bias, const int32_t *mult, const int8_t *shift,
                         const qsa_conv_p *p) {
@@ -1206,17 +1377,10 @@ static void qsa_dwconvs(int8_t *restrict out, const int8_t *x, const int8_t *f,
   const int32_t off = p->out_off;
   const uint32_t zp4 = 0x01010101u * (uint8_t)(int8_t)(-p->in_off);
   for (c = 0; c < C / 4; ++c) zrow[c] = zp4;
-#ifdef QSA_ARITH_FAST /* each channel's requantisation constants once per call (qsa_rqa) */
-  int32_t m2c[128], cc[128];
-#endif
   for (c = 0; c < C; ++c) {
     int32_t fs = 0;
     for (t = 0; t < KH * KW; ++t) fs += f[t * C + c];
     kbias[c] = (bias ? bias[c] : 0) + p->in_off * fs;
-#ifdef QSA_ARITH_FAST
-    m2c[c] = (int32_t)((uint32_t)mult[c] << 1);
-    cc[c] = qsa_rqc(-shift[c], off);
-#endif
   }
   for (n = 0; n < p->batches; ++n)
     for (oy = 0; oy < p->out_h; ++oy)
@@ -1254,22 +1418,16 @@ static void qsa_dwconvs(int8_t *restrict out, const int8_t *x, const int8_t *f,
             a3 += px[3] * pf[3];
 #endif
           }
-#ifdef QSA_ARITH_FAST
-          out[0] = qsa_rqa(a0, m2c[c], -shift[c], cc[c]);
-          out[1] = qsa_rqa(a1, m2c[c + 1], -shift[c + 1], cc[c + 1]);
-          out[2] = qsa_rqa(a2, m2c[c + 2], -shift[c + 2], cc[c + 2]);
-          out[3] = qsa_rqa(a3, m2c[c + 3], -shift[c + 3], cc[c + 3]);
-#else
           {
             const int32_t acc[4] = {a0, a1, a2, a3};
             for (t = 0; t < 4; ++t)
               out[t] = qsa_rqf(acc[t] * 2, mult[c + t], -shift[c + t],
                                qsa_rqc(-shift[c + t], off));
           }
-#endif
         }
       }
 }
+#endif
 
 typedef struct { int32_t kx, ox, y_half, ky, oy, my, ey, hy, kky, smy, mo, eo, co, ny; } qsa_addc_p;
 
@@ -1362,6 +1520,122 @@ static inline uint32_t qsa_pkt16(uint32_t lo, uint32_t hi) {
 #define qsa_sat8i(v) ((int32_t)qsa_sat8(v))
 #endif
 
+#ifdef QSA_ARITH_FAST
+/* the fast build's qsa_bmm2 (the same integers): K padded with zeros to Kp, a multiple of 4
+ * ((M + M % 2) Kp <= 640, Kp <= 128); A + a_off as int16 in pairs of rows, four k of row i
+ * then the same four of row i + 1 (an odd M: a zero row last), so one pointer walks both;
+ * B + b_off as columns of Kp halfwords (blocks of 256); then 2 x 2 outputs per pass, per
+ * four k 4 LDRD + 8 SMLAD on the DSP extension (14 instructions per 16 MACs, were 20). */
+static void qsa_bmm2(int8_t *restrict out, const int8_t *A, int32_t a_off, const int8_t *B,
+                     int32_t b_off, int32_t nb, int32_t a_bs, int32_t b_bs, int32_t M, int32_t K,
+                     int32_t N, int32_t mult, int32_t e, int32_t out_off) {
+  int32_t b, i, j, j0, k;
+  int16_t a16[640], c16[256];
+  const int32_t Kp = (K + 3) & ~3, c = qsa_rqc(e, out_off);
+  const int32_t NC = (256 / Kp) & ~1;
+  const uint32_t bo2 = (uint32_t)(uint16_t)b_off * 0x10001u;
+  for (b = 0; b < nb; ++b) {
+    const int8_t *pa = A + b * a_bs, *pb = B + b * b_bs;
+    int8_t *po = out + b * M * N;
+    if (b == 0 || a_bs) { /* a16[(i / 2) 2 Kp + (k / 4) 8 + (i % 2) 4 + k % 4] = A[i][k] + a_off */
+      for (i = 0; i < M; ++i, pa += K) {
+        int16_t *d = a16 + (i >> 1) * 2 * Kp + (i & 1) * 4;
+        for (k = 0; k < K; k += 4, d += 8) {
+          d[0] = (int16_t)(pa[k] + a_off);
+          d[1] = (int16_t)(k + 1 < K ? pa[k + 1] + a_off : 0);
+          d[2] = (int16_t)(k + 2 < K ? pa[k + 2] + a_off : 0);
+          d[3] = (int16_t)(k + 3 < K ? pa[k + 3] + a_off : 0);
+        }
+      }
+      if (M & 1) /* the zero row beside the last */
+        for (k = 0; k < Kp; k += 4) memset(a16 + (M - 1) * Kp + 2 * k + 4, 0, 8);
+    }
+    for (j0 = 0; j0 < N; j0 += NC) {
+      const int32_t nc = QSA_MIN(NC, N - j0);
+      if (nc % 4 == 0) { /* two rows of B by four columns a turn: 2 words in, 4 (k, k + 1)
+                          * pairs out (SXTB16, PKHBT / PKHTB); an odd K's last row as (b, 0) */
+        for (k = 0; k < K; k += 2) {
+          const int8_t *p0 = pb + k * N + j0, *p1 = p0 + N;
+          int16_t *q = c16 + k;
+          for (j = 0; j < nc; j += 4, p0 += 4, p1 += 4, q += 4 * Kp) {
+            uint32_t v0, v1 = 0, a02, b02, a13, b13, t;
+            memcpy(&v0, p0, 4);
+            if (k + 1 < K) memcpy(&v1, p1, 4);
+            a02 = qsa_x16(v0);
+            b02 = qsa_x16(v1);
+            a13 = qsa_x16r8(v0);
+            b13 = qsa_x16r8(v1);
+            t = qsa_add16(qsa_pk16((int32_t)a02, (int32_t)b02), bo2);
+            if (k + 1 >= K) t &= 0xFFFFu; /* the padding k: 0, not b_off */
+            memcpy(q, &t, 4);
+            t = qsa_add16(qsa_pk16((int32_t)a13, (int32_t)b13), bo2);
+            if (k + 1 >= K) t &= 0xFFFFu;
+            memcpy(q + Kp, &t, 4);
+            t = qsa_add16(qsa_pkt16(a02, b02), bo2);
+            if (k + 1 >= K) t &= 0xFFFFu;
+            memcpy(q + 2 * Kp, &t, 4);
+            t = qsa_add16(qsa_pkt16(a13, b13), bo2);
+            if (k + 1 >= K) t &= 0xFFFFu;
+            memcpy(q + 3 * Kp, &t, 4);
+          }
+        }
+        for (k = (K + 1) & ~1; k < Kp; k += 2) /* the padding pairs */
+          for (j = 0; j < nc; ++j) memset(c16 + j * Kp + k, 0, 4);
+      } else {
+        for (j = 0; j < nc; ++j)
+          for (k = 0; k < Kp; ++k)
+            c16[j * Kp + k] = (int16_t)(k < K ? pb[k * N + j0 + j] + b_off : 0);
+      }
+      for (i = 0; i < M; i += 2) {
+        const int16_t *ra = a16 + i * Kp; /* rows i and i + 1, interleaved by four k */
+        const int32_t two = i + 1 < M;
+        int8_t *o = po + i * N + j0;
+        for (j = 0; j < nc; j += 2, o += 2) {
+          const int32_t j1 = j + 1 < nc ? j + 1 : j;
+          const int16_t *q0 = c16 + j * Kp, *q1 = c16 + j1 * Kp;
+          int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0;
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__thumb2__)
+          {
+            const int16_t *pr = ra, *qa = q0, *qb = q1, *qend = q0 + Kp;
+            uint32_t x0, x1, y0, y1, z0, z1;
+            __asm volatile(
+                "1:\n\t"
+                "ldrd %[y0], %[y1], [%[qa]], #8\n\t"
+                "ldrd %[z0], %[z1], [%[qb]], #8\n\t"
+                "ldrd %[x0], %[x1], [%[pr]], #8\n\t"
+                "smlad %[s00], %[x0], %[y0], %[s00]\n\tsmlad %[s00], %[x1], %[y1], %[s00]\n\t"
+                "smlad %[s01], %[x0], %[z0], %[s01]\n\tsmlad %[s01], %[x1], %[z1], %[s01]\n\t"
+                "ldrd %[x0], %[x1], [%[pr]], #8\n\t"
+                "smlad %[s10], %[x0], %[y0], %[s10]\n\tsmlad %[s10], %[x1], %[y1], %[s10]\n\t"
+                "smlad %[s11], %[x0], %[z0], %[s11]\n\tsmlad %[s11], %[x1], %[z1], %[s11]\n\t"
+                "cmp %[qa], %[qend]\n\tbne 1b\n\t"
+                : [s00] "+r"(s00), [s01] "+r"(s01), [s10] "+r"(s10), [s11] "+r"(s11),
+                  [pr] "+r"(pr), [qa] "+r"(qa), [qb] "+r"(qb), [x0] "=&r"(x0), [x1] "=&r"(x1),
+                  [y0] "=&r"(y0), [y1] "=&r"(y1), [z0] "=&r"(z0), [z1] "=&r"(z1)
+                : [qend] "r"(qend)
+                : "cc", "memory");
+          }
+#else
+          for (k = 0; k < Kp; ++k) {
+            const int32_t x0 = ra[(k >> 2) * 8 + (k & 3)], x1 = ra[(k >> 2) * 8 + 4 + (k & 3)];
+            s00 += x0 * q0[k];
+            s01 += x0 * q1[k];
+            s10 += x1 * q0[k];
+            s11 += x1 * q1[k];
+          }
+#endif
+          o[0] = qsa_rqf(s00 * 2, mult, e, c);
+          if (j1 != j) o[1] = qsa_rqf(s01 * 2, mult, e, c);
+          if (two) {
+            o[N] = qsa_rqf(s10 * 2, mult, e, c);
+            if (j1 != j) o[N + 1] = qsa_rqf(s11 * 2, mult, e, c);
+          }
+        }
+      }
+    }
+  }
+}
+#else
 /* BATCH_MATMUL of two activations, as qsa_bmmf (same integers as qsa_bmm): A + a_off as int16
  * rows once per batch (M Kp <= 640, K padded to even Kp <= 128), blocks of columns of B + b_off
  * as int16 (256 halfwords), then 2 x 2 outputs per pass: two rows and two columns share each
@@ -1383,33 +1657,6 @@ static void qsa_bmm2(int8_t *restrict out, const int8_t *A, int32_t a_off, const
       }
     for (j0 = 0; j0 < N; j0 += NC) {
       const int32_t nc = QSA_MIN(NC, N - j0);
-#ifdef QSA_ARITH_FAST
-      if (Kp == K && nc % 4 == 0) { /* two rows of B by four columns a turn: 2 words in, 4
-                                     * (k, k + 1) pairs out (SXTB16, PKHBT / PKHTB) */
-        const uint32_t bo2 = (uint32_t)(uint16_t)b_off * 0x10001u;
-        for (k = 0; k < K; k += 2) {
-          const int8_t *p0 = pb + k * N + j0, *p1 = p0 + N;
-          int16_t *q = c16 + k;
-          for (j = 0; j < nc; j += 4, p0 += 4, p1 += 4, q += 4 * Kp) {
-            uint32_t v0, v1, a02, b02, a13, b13, t;
-            memcpy(&v0, p0, 4);
-            memcpy(&v1, p1, 4);
-            a02 = qsa_x16(v0);
-            b02 = qsa_x16(v1);
-            a13 = qsa_x16r8(v0);
-            b13 = qsa_x16r8(v1);
-            t = qsa_add16(qsa_pk16((int32_t)a02, (int32_t)b02), bo2);
-            memcpy(q, &t, 4);
-            t = qsa_add16(qsa_pk16((int32_t)a13, (int32_t)b13), bo2);
-            memcpy(q + Kp, &t, 4);
-            t = qsa_add16(qsa_pkt16(a02, b02), bo2);
-            memcpy(q + 2 * Kp, &t, 4);
-            t = qsa_add16(qsa_pkt16(a13, b13), bo2);
-            memcpy(q + 3 * Kp, &t, 4);
-          }
-        }
-      } else
-#endif
       for (j = 0; j < nc; ++j) {
         for (k = 0; k < K; ++k) c16[j * Kp + k] = (int16_t)(pb[k * N + j0 + j] + b_off);
         if (Kp != K) c16[j * Kp + K] = 0;
@@ -1453,6 +1700,7 @@ static void qsa_bmm2(int8_t *restrict out, const int8_t *A, int32_t a_off, const
     }
   }
 }
+#endif
 
 /* ---- blocked dot products (the "x" kernels): int8 rows sign-extended once ----------------
  * qsa_x16 / qsa_x16r8 / qsa_mlad: SXTB16, SXTB16 ROR #8 and SMLAD on the DSP extension, the
@@ -1568,9 +1816,9 @@ static inline void qsa_x4(uint32_t *restrict xe, const int8_t *x, int32_t stride
 /* On the DSP extension one unit's blocks are one assembly loop (GCC spills the block loop's
  * constants: ~25 instructions per block more). The unit's constants sit in qsa_blk4c (one LDRD
  * per pair when they are needed); per block: the four biases, the dot products (a weight
- * word: one LDRD of the expanded pair, or LDR + 2 SXTB16, then 4 LDRD + 8 SMLAD), the four
- * requantisations as qsa_rqa (ADD, ADD ASR, SMMLAR, ASR, SSAT) stored last row first. The
- * same integers as the C below. */
+ * word: one LDRD of the expanded pair, or LDR + 2 SXTB16, then 2 LDMs of two rows' pairs
+ * each (12-07 round 3; were 4 LDRDs) + 8 SMLADs), the four requantisations as qsa_rqa (ADD,
+ * ADD ASR, SMMLAR, ASR, SSAT) stored last row first. The same integers as the C below. */
 typedef struct {
   int32_t b[4];           /* 0: the block rows' biases */
   const uint32_t *xb;     /* 16: the block's expanded rows */
@@ -1586,14 +1834,12 @@ typedef struct {
 } qsa_blk4c;
 
 #define QSA_BLK4A_MLAD4                                                                 \
-  "ldrd %[x0], %[x1], [%[p]], #8\n\t"                                                   \
+  "ldmia %[p]!, {%[x0], %[x1], %[x2], %[x3]}\n\t"                                       \
   "smlad %[a0], %[w0], %[x0], %[a0]\n\tsmlad %[a0], %[w1], %[x1], %[a0]\n\t"            \
-  "ldrd %[x0], %[x1], [%[p]], #8\n\t"                                                   \
-  "smlad %[a1], %[w0], %[x0], %[a1]\n\tsmlad %[a1], %[w1], %[x1], %[a1]\n\t"            \
-  "ldrd %[x0], %[x1], [%[p]], #8\n\t"                                                   \
+  "smlad %[a1], %[w0], %[x2], %[a1]\n\tsmlad %[a1], %[w1], %[x3], %[a1]\n\t"            \
+  "ldmia %[p]!, {%[x0], %[x1], %[x2], %[x3]}\n\t"                                       \
   "smlad %[a2], %[w0], %[x0], %[a2]\n\tsmlad %[a2], %[w1], %[x1], %[a2]\n\t"            \
-  "ldrd %[x0], %[x1], [%[p]], #8\n\t"                                                   \
-  "smlad %[a3], %[w0], %[x0], %[a3]\n\tsmlad %[a3], %[w1], %[x1], %[a3]\n\t"
+  "smlad %[a3], %[w0], %[x2], %[a3]\n\tsmlad %[a3], %[w1], %[x3], %[a3]\n\t"
 #define QSA_BLK4A_W16 "ldrd %[w0], %[w1], [%[pw]], #8\n\t" QSA_BLK4A_MLAD4
 #define QSA_BLK4A_W8                                                                    \
   "ldr %[w1], [%[pw]], #4\n\tsxtb16 %[w0], %[w1]\n\tsxtb16 %[w1], %[w1], ror #8\n\t"    \
@@ -1621,7 +1867,7 @@ typedef struct {
       "ldr %[x0], [%[s], #52]\n\tcmp %[p], %[x0]\n\tbne 1b\n\t"                         \
       : [a0] "=&r"(a0), [a1] "=&r"(a1), [a2] "=&r"(a2), [a3] "=&r"(a3), [p] "=&r"(p),   \
         [pw] "=&r"(pw), [pe] "=&r"(pe), [w0] "=&r"(w0), [w1] "=&r"(w1), [x0] "=&r"(x0), \
-        [x1] "=&r"(x1)                                                                  \
+        [x1] "=&r"(x1), [x2] "=&r"(x2), [x3] "=&r"(x3)                                  \
       : [s] "r"(s)                                                                      \
       : "cc", "memory")
 
@@ -1629,7 +1875,9 @@ typedef struct {
 __attribute__((noinline))
 #endif
 static void qsa_blk4a(qsa_blk4c *s, int32_t expanded) {
-  uint32_t a0, a1, a2, a3, p, pw, pe, w0, w1, x0, x1;
+  uint32_t a0, a1, a2, a3, p, pw, pe, w0, w1;
+  /* two rows' pairs per LDM: its registers must ascend in the order of the words */
+  register uint32_t x0 __asm__("r8"), x1 __asm__("r9"), x2 __asm__("r10"), x3 __asm__("r11");
   if (expanded)
     QSA_BLK4A(QSA_BLK4A_W16);
   else
@@ -1645,34 +1893,38 @@ static void qsa_blk4n(int8_t *out, const uint32_t *xe, const int8_t *w,
                       const uint32_t *we, const int32_t *kbias, int32_t depth, int32_t units,
                       int32_t os, const int32_t *mult, const int8_t *shift, int32_t per_channel,
                       int32_t out_off, int32_t nblk, int32_t bso, int32_t xs) {
-  int32_t u;
   qsa_blk4c s;
-  const int32_t kbs = per_channel & 2 ? units : 0;
+  const int32_t kbs = per_channel & 2 ? units : 0, expanded = we != 0;
+  const int32_t wstep = expanded ? 2 * depth : depth; /* bytes of one unit's weights */
+  const int8_t *pw = expanded ? (const int8_t *)we : w;
+  int8_t *const oend = out + units;
   s.os = os;
   s.nbytes = 8 * depth;
   s.odd = (depth >> 2) & 1;
   s.dxb = 4 * (xs ? xs : 2 * depth) - 8 * depth;
   s.bso = bso ? bso : 1; /* one block: any step ends it */
+  nblk *= s.bso;         /* the span of a unit's outputs */
   s.m2 = (int32_t)((uint32_t)mult[0] << 1);
   s.e = -shift[0];
   s.c = qsa_rqc(s.e, out_off);
-  for (u = 0; u < units; ++u) {
+  /* per unit only what changes: pointers walk the units' weights, biases and constants */
+  for (; out < oend; ++out, ++kbias, pw += wstep) {
     if (per_channel & 1) {
-      s.m2 = (int32_t)((uint32_t)mult[u] << 1);
-      s.e = -shift[u];
+      s.m2 = (int32_t)((uint32_t)*mult++ << 1);
+      s.e = -*shift++;
       s.c = qsa_rqc(s.e, out_off);
     }
-    s.b[0] = s.b[1] = s.b[2] = s.b[3] = kbias[u];
+    s.b[0] = s.b[1] = s.b[2] = s.b[3] = kbias[0];
     if (kbs) {
-      s.b[1] = kbias[u + kbs];
-      s.b[2] = kbias[u + 2 * kbs];
-      s.b[3] = kbias[u + 3 * kbs];
+      s.b[1] = kbias[kbs];
+      s.b[2] = kbias[2 * kbs];
+      s.b[3] = kbias[3 * kbs];
     }
     s.xb = xe;
-    s.pw0 = we ? (const void *)(we + u * (depth >> 1)) : (const void *)(w + u * depth);
-    s.o = out + u;
-    s.oend = s.o + nblk * s.bso;
-    qsa_blk4a(&s, we != 0);
+    s.pw0 = pw;
+    s.o = out;
+    s.oend = out + nblk;
+    qsa_blk4a(&s, expanded);
   }
 }
 #else
@@ -1726,31 +1978,42 @@ typedef struct { int32_t m; int16_t b_off, q2; int8_t e, off; } qsa_ham_p;
  * of the components B[0..3][n] (row stride n_cols), the expansion's 16 values of that column
  * (4 requantisations, 3 saturated negations, as qsa_bmm_ham) as the rows' halfword pairs
  * (d0, d2) (d1, d3); B = 0: every value the zero point (a padding row). Same integers. */
+#ifdef QSA_ARITH_FAST
+/* the fast build: nrows such inputs back to back (B: nrows x 4 n_cols values, the blocks
+ * back to back in xe: one call for the rows of a convolution's block, ~18 instructions of
+ * call and setup each), the expansion's exact values B + b_off and their negations */
+#if defined(__GNUC__)
+__attribute__((noinline)) /* one copy for qsa_fcx and qsa_convx (flash) */
+#endif
+static void qsa_xhamn(uint32_t *restrict xe, const int8_t *B, int32_t n_cols, int32_t nrows,
+                      const qsa_ham_p *h) {
+  const int32_t bo = h->b_off;
+  if (!B) {
+    memset(xe, 0, 32 * (size_t)(n_cols * nrows));
+    return;
+  }
+  for (; nrows > 0; --nrows, B += 3 * n_cols) {
+    const int8_t *end = B + n_cols;
+    for (; B < end; ++B) { /* six distinct pairs, two of them negated as pairs; STRDs */
+      const int32_t r = B[0] + bo, i = B[n_cols] + bo, jj = B[2 * n_cols] + bo;
+      const int32_t k = B[3 * n_cols] + bo;
+      const uint32_t ik = qsa_pk16(i, k), rnj = qsa_pk16(r, -jj), jr = qsa_pk16(jj, r);
+      const uint32_t nki = qsa_pk16(-k, i);
+      const uint32_t nik = qsa_neg16(ik), kni = qsa_neg16(nki);
+      QSA_ST2(rnj, nik, xe); /* row r:  r, -i, -j, -k */
+      QSA_ST2(ik, rnj, xe);  /* row i:  i,  r,  k, -j */
+      QSA_ST2(jr, nki, xe);  /* row j:  j, -k,  r,  i */
+      QSA_ST2(kni, jr, xe);  /* row k:  k,  j, -i,  r */
+    }
+  }
+}
+#define qsa_xham(xe, B, n_cols, h) qsa_xhamn((xe), (B), (n_cols), 1, (h))
+#else
 #if defined(__GNUC__)
 __attribute__((noinline)) /* one copy for qsa_fcx and qsa_convx (flash) */
 #endif
 static void qsa_xham(uint32_t *restrict xe, const int8_t *B, int32_t n_cols,
                      const qsa_ham_p *h) {
-#ifdef QSA_ARITH_FAST /* the expansion's exact values, B + b_off and their negations */
-  const int32_t bo = h->b_off;
-  const int8_t *end = B + n_cols;
-  if (!B) {
-    memset(xe, 0, 32 * (size_t)n_cols);
-    return;
-  }
-  for (; B < end; ++B) { /* six distinct pairs, two of them negated as pairs; STRDs */
-    const int32_t r = B[0] + bo, i = B[n_cols] + bo, jj = B[2 * n_cols] + bo;
-    const int32_t k = B[3 * n_cols] + bo;
-    const uint32_t ik = qsa_pk16(i, k), rnj = qsa_pk16(r, -jj), jr = qsa_pk16(jj, r);
-    const uint32_t nki = qsa_pk16(-k, i);
-    const uint32_t nik = qsa_neg16(ik), kni = qsa_neg16(nki);
-    QSA_ST2(rnj, nik, xe); /* row r:  r, -i, -j, -k */
-    QSA_ST2(ik, rnj, xe);  /* row i:  i,  r,  k, -j */
-    QSA_ST2(jr, nki, xe);  /* row j:  j, -k,  r,  i */
-    QSA_ST2(kni, jr, xe);  /* row k:  k,  j, -i,  r */
-  }
-}
-#else
   const int32_t q2 = h->q2, boq2 = h->b_off * h->q2, m = h->m, e = h->e;
   const int32_t c = qsa_rqc(e, h->off), zz = 2 * h->off;
   const int8_t *end = B + n_cols;
@@ -1789,6 +2052,30 @@ static void qsa_fcx(int8_t *restrict out, const int8_t *x, const int8_t *w, cons
   uint32_t xe[512], we[256];
   const uint32_t *pwe = 0;
   int32_t r, n;
+#ifdef QSA_ARITH_FAST
+  if (depth == 4 && !h && !(per_channel & 2)) {
+    /* four values per row (the mask heads: 129 rows x 4 -> 1 or 2): row by row, each unit
+     * two SMLADs against its weight word expanded once, then qsa_rqa; a block of four rows
+     * would spend ~60 instructions of bookkeeping on 16 MACs. Same integers. */
+    int32_t u;
+    for (u = 0; u < units; ++u) { /* x: (rows, 4) -> out: (rows, units), column u */
+      const int32_t ch = per_channel & 1 ? u : 0, m2 = (int32_t)((uint32_t)mult[ch] << 1);
+      const int32_t e = -shift[ch], c = qsa_rqc(e, out_off), kb = kbias[u];
+      const int8_t *px = x, *xend = x + 4 * rows;
+      int8_t *o = out + u;
+      uint32_t wv, w02, w13;
+      memcpy(&wv, w + 4 * u, 4);
+      w02 = qsa_x16(wv);
+      w13 = qsa_x16r8(wv);
+      for (; px < xend; px += 4, o += units) {
+        uint32_t xv;
+        memcpy(&xv, px, 4);
+        *o = qsa_rqa(qsa_mlad(w13, qsa_x16r8(xv), qsa_mlad(w02, qsa_x16(xv), kb)), m2, e, c);
+      }
+    }
+    return;
+  }
+#endif
   if (units * depth <= 512 && rows >= 8) {
     qsa_expand16(we, w, units * depth);
     pwe = we;
@@ -1798,11 +2085,11 @@ static void qsa_fcx(int8_t *restrict out, const int8_t *x, const int8_t *w, cons
     for (r = 0; r < rows; r += 4 * n, out += 4 * n * units) {
       int32_t b;
       n = QSA_MIN(256 / depth, (rows - r) >> 2);
-      for (b = 0; b < n; ++b, x += h ? depth : 4 * depth) {
-        if (h)
-          qsa_xham(xe + 2 * depth * b, x, depth >> 2, h);
-        else
-          qsa_x4(xe + 2 * depth * b, x, depth, depth);
+      if (h) { /* the n blocks' inputs are back to back: one expansion */
+        qsa_xhamn(xe, x, depth >> 2, n, h);
+        x += n * depth;
+      } else {
+        for (b = 0; b < n; ++b, x += 4 * depth) qsa_x4(xe + 2 * depth * b, x, depth, depth);
       }
       qsa_blk4n(out, xe, w, pwe, kbias, depth, units, units, mult, shift, per_channel, out_off,
                 n, 4 * units, 0);
@@ -1810,6 +2097,7 @@ static void qsa_fcx(int8_t *restrict out, const int8_t *x, const int8_t *w, cons
     return;
   }
 #endif
+#ifndef QSA_FCX_ROWS4_ONLY /* the exporter's promise: no call has a leftover row */
   for (r = 0; r < rows; r += n, x += h ? depth : n * depth, out += n * units) {
     n = rows - r >= 4 ? 4 : 1; /* a leftover row: four copies of it, one output row */
     if (h) /* the Hamilton expansion of x's four components (rows a multiple of 4) */
@@ -1819,6 +2107,7 @@ static void qsa_fcx(int8_t *restrict out, const int8_t *x, const int8_t *w, cons
     qsa_blk4(out, xe, w, pwe, kbias, depth, units, n == 4 ? units : 0, mult, shift,
              per_channel, out_off);
   }
+#endif
 }
 
 /* FULLY_CONNECTED of two activations (weights w with an offset, no per-channel scales;
@@ -1906,14 +2195,20 @@ static void qsa_convx(int8_t *restrict out, const int8_t *x, const int8_t *f, co
     const int32_t rw = 2 * C, nbmax = (512 / rw - KH) / SH + 1;
     for (n = 0; n < p->batches; ++n, x += IH * row)
       for (oy = 0; oy < OH; oy += ox, out += 4 * OC * ox) {
-        ox = QSA_MIN(nbmax, OH - oy); /* blocks in this call */
-        for (ky = 0; ky < (ox - 1) * SH + KH; ++ky) {
-          const int32_t iy = oy * SH - PH + ky;
-          const int8_t *src = iy >= 0 && iy < IH ? x + iy * row : 0;
-          if (h)
-            qsa_xham(xe + ky * rw, src, C >> 2, h);
-          else
-            qsa_x4(xe + ky * rw, src ? src : (const int8_t *)zrow, C, C);
+        const int32_t nr = ((ox = QSA_MIN(nbmax, OH - oy)) - 1) * SH + KH; /* ox blocks */
+        const int32_t iy0 = oy * SH - PH;
+        if (h) { /* rows [k0, k1) inside the input (back to back there: one expansion),
+                  * the others in the padding */
+          const int32_t k0 = QSA_MIN(nr, QSA_MAX(0, -iy0));
+          const int32_t k1 = QSA_MAX(k0, QSA_MIN(nr, IH - iy0));
+          if (k0 > 0) qsa_xhamn(xe, 0, C >> 2, k0, h);
+          if (k1 > k0) qsa_xhamn(xe + k0 * rw, x + (iy0 + k0) * row, C >> 2, k1 - k0, h);
+          if (nr > k1) qsa_xhamn(xe + k1 * rw, 0, C >> 2, nr - k1, h);
+        } else {
+          for (ky = 0; ky < nr; ++ky) {
+            const int32_t iy = iy0 + ky;
+            qsa_x4(xe + ky * rw, iy >= 0 && iy < IH ? x + iy * row : (const int8_t *)zrow, C, C);
+          }
         }
         qsa_blk4n(out, xe, f, pwe, kbias, TC, OC, OC, mult, shift, pc, off, ox, 4 * OC,
                   SH * rw);
@@ -1953,26 +2248,32 @@ typedef struct { int16_t groups, comps, inner, kq; int32_t mv, sv, v_off, r_off,
 
 static void qsa_lnorm(int8_t *restrict out, const int8_t *x, const int8_t lut[256],
                       const qsa_lnorm_p *p) {
-  int16_t dv[256];
+  /* per component sums S = sum x and Q = sum x^2 in one pass, q = sum_c (N^2 Q - N S^2)
+   * (= sum (N x - S)^2, the same uint32), then per value (N x - S) r as x (N r) - S r: one
+   * multiply-accumulate, no buffer of d (the same integers as d r) */
+  int32_t sr[256]; /* each component's S */
   const int32_t C = p->comps, N = p->inner, n = C * N;
   int32_t g, c, i;
-  for (g = 0; g < p->groups; ++g, x += n, out += n) {
+  for (g = 0; g < p->groups; ++g, x += n) {
+    const int8_t *px = x;
     uint32_t q = 0;
     int32_t r;
     for (c = 0; c < C; ++c) {
-      const int8_t *px = x + c * N;
-      int16_t *pd = dv + c * N;
-      int32_t sum = 0;
-      for (i = 0; i < N; ++i) sum += px[i];
-      for (i = 0; i < N; ++i) {
-        const int32_t d = N * px[i] - sum;
-        pd[i] = (int16_t)d;
-        q += (uint32_t)(d * d);
+      int32_t sum = 0, sq = 0;
+      for (i = 0; i < N; ++i, ++px) {
+        sum += *px;
+        sq += *px * *px;
       }
+      sr[c] = sum;
+      q += (uint32_t)(N * N) * (uint32_t)sq - (uint32_t)N * (uint32_t)(sum * sum);
     }
     r = 2 * (lut[(uint8_t)qsa_sat8(qsa_mbqm((int32_t)(q >> p->kq), p->mv, p->sv) + p->v_off)]
              + p->r_off);
-    for (i = 0; i < n; ++i) out[i] = qsa_rqf(dv[i] * r, p->my, p->ey, p->cy);
+    for (c = 0, px = x; c < C; ++c) {
+      const int32_t nr = N * r, snr = -sr[c] * r;
+      const int8_t *end = px + N;
+      for (; px < end; ++px) *out++ = qsa_rqf(*px * nr + snr, p->my, p->ey, p->cy);
+    }
   }
 }
 #endif
@@ -2079,6 +2380,25 @@ static void qsa_reduce(int8_t *restrict out, const int8_t *x, const int16_t n[4]
                        int32_t n_out, int32_t count, int32_t in_zp, int32_t m, int32_t s,
                        int32_t out_zp, int32_t *acc) {
   int32_t a, b, c, d, i;
+#ifdef QSA_ARITH_FAST
+  if (os[2] == 0 && os[3] == 1 && os[1] == (n[1] > 1 ? n[3] : os[1])
+      && os[0] == (n[0] > 1 ? n[1] * n[3] : os[0])) {
+    /* the sum over dim 2 with the outputs in order (the quaternion components' partial sums):
+     * each output's n[2] values summed straight from x (stride n[3]) and requantised, no
+     * accumulator pass. The same integers. */
+    const int32_t n2 = n[2], n3 = n[3], fast = s <= -1 && s >= -22;
+    const int32_t c0 = fast ? qsa_rqc(-s, out_zp) : 0, zc = in_zp * count;
+    (void)n_out;
+    for (a = 0; a < n[0] * n[1]; ++a, x += n2 * n3)
+      for (d = 0; d < n3; ++d) {
+        const int8_t *px = x + d;
+        int32_t sum = -zc;
+        for (c = 0; c < n2; ++c, px += n3) sum += *px;
+        *out++ = fast ? qsa_rqf(sum * 2, m, -s, c0) : qsa_sat8(qsa_mbqm(sum, m, s) + out_zp);
+      }
+    return;
+  }
+#endif
   for (i = 0; i < n_out; ++i) acc[i] = 0;
   for (a = 0; a < n[0]; ++a)
     for (b = 0; b < n[1]; ++b)

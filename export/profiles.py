@@ -61,9 +61,13 @@ KB, MB = 1024, 1024 * 1024
 # (--c-arith fast: the ADDs of a constant folded into the FULLY_CONNECTED / CONV_2D before
 # them, the Hamilton expansions' consumers on unrounded values, one-pass layer norms,
 # ADD(+PRELU) with one rounding, SiLU tables, several blocks per qsa_blk4n call; int8 within
-# its stated bound of TFLite-Micro) measured 1,005,550 (M4) / 1,011,042 (M7) instructions per
-# hop, flash 64,824 B (M7 64,852 B), RAM 40,060 B (30,968 + 9,092 stack) after the second
-# round of issue-31 tuning (12-07: qsa_blk4n's block loop in assembly, the elementwise kernels
+# its stated bound of TFLite-Micro) measured 895,704 (M4) / 895,502 (M7) instructions per hop,
+# flash 65,316 B (M7 65,264 B), RAM 40,428 B (31,336 + 9,092 stack) after the third round of
+# issue-31 tuning (12-07 evening: two rows per LDM in qsa_blk4a, run kinds picked once per row
+# in qsa_gather4, qsa_fcx row by row, one qsa_xhamn call per convolution block, qsa_dwconvs
+# with a folded bias filled into RAM at init, cheaper softmax / layer-norm / reduce; network
+# integers and PCM unchanged), 1,005,550 / 1,011,042 and 64,824 B after the second
+# (qsa_blk4n's block loop in assembly, the elementwise kernels
 # by runs / columns, a Hamilton expansion writing its TRANSPOSE's layout, qsa_bmm2's column
 # pairs; network integers and PCM unchanged), 1,061,836 / 1,069,262 and 65,016 B after the
 # first (qsa_blk4n: two weight words per turn, one loop per kind of weights, one instruction
@@ -75,7 +79,7 @@ KB, MB = 1024, 1024 * 1024
 # fused Hamilton expansions 1,635,606 / 1,650,118; before the blocked kernels 1,918,346 /
 # 1,921,192; before the lean kernels 2,722,290 / 2,730,934, and with the reference kernels
 # only 4,832,008 / 4,932,928. Either build is still above a 50 % load of the profile's clock
-# (M4 at 168 MHz: 672,000 per 8 ms hop; the exact build loads it 117 %, the fast one 75 %),
+# (M4 at 168 MHz: 672,000 per 8 ms hop; the exact build loads it 117 %, the fast one 67 %),
 # so check_budget says so.
 _HOW = ("qsa export --target c, QEMU {machine} -icount shift=0, SysTick per hop "
         "(mean over 122 hops), arm-none-eabi-gcc 12.2 -O2")

@@ -780,3 +780,138 @@ int main(void) {
 """)
     out = _run_c(tmp_path).stdout if where == "host" else _run_c_m4(tmp_path)
     assert out.split() == ["0"]
+
+
+_ROUND3_C = r"""#include <stdio.h>
+#include "qsa_nn.h"
+#ifdef __ARM_ARCH
+extern void initialise_monitor_handles(void);
+#endif
+static uint32_t s = 11, hsh;
+static int32_t rnd(int32_t n) { s = s * 1103515245u + 12345u; return (int32_t)((s >> 8) % n); }
+static void mix(const int8_t *p, int n) { /* FNV-1a over the outputs */
+  int i;
+  for (i = 0; i < n; ++i) hsh = (hsh ^ (uint8_t)p[i]) * 16777619u;
+}
+int main(void) {
+  static int8_t x[8192], y[8192], o[8192];
+  static int32_t e1[256], bias[64], kb[64], m[64];
+  static int8_t sh[64];
+  int t, i;
+#ifdef __ARM_ARCH
+  initialise_monitor_handles();
+#endif
+  for (i = 0; i < 8192; ++i) { x[i] = (int8_t)(rnd(256) - 128); y[i] = (int8_t)(rnd(256) - 128); }
+  hsh = 2166136261u; /* qsa_bmm2: odd and even M, K (the fast build pads K to 4), any N */
+  for (t = 0; t < 40; ++t) {
+    int M = 1 + rnd(16), K = 1 + rnd(36), N = 1 + rnd(60), nb = 1 + rnd(2);
+    qsa_bmm2(o, x, rnd(256) - 128, y, rnd(256) - 128, nb, rnd(2) ? M * K : 0, K * N, M, K, N,
+             (int32_t)(1073741824u + (uint32_t)rnd(1 << 30)), 1 + rnd(20), rnd(256) - 128);
+    mix(o, nb * M * N);
+  }
+  printf("bmm2 %lu\n", (unsigned long)hsh);
+  hsh = 2166136261u; /* qsa_softmax: the two tables of qcgan-35k, narrow and wide inputs */
+  for (t = 0; t < 40; ++t) {
+    const int outer = 1 + rnd(20), depth = 1 + rnd(40), span = t % 2 ? 256 : 40;
+    const int32_t dmin = t % 4 < 2 ? -124 : -1984;
+    qsa_softmax_table(e1, t % 4 < 2 ? 1093758720 : 1909018752, t % 4 < 2 ? 24 : 20, dmin);
+    for (i = 0; i < outer * depth; ++i) y[i] = (int8_t)(rnd(span) - span / 2);
+    qsa_softmax(o, y, outer, depth, e1, dmin);
+    mix(o, outer * depth);
+  }
+  printf("softmax %lu\n", (unsigned long)hsh);
+  hsh = 2166136261u; /* qsa_reduce: the sum over dim 2 (fast: straight from x) and others */
+  for (t = 0; t < 40; ++t) {
+    const int R = 1 + rnd(30), C = 1 + rnd(6), D = 1 + rnd(20), sf = t % 3;
+    const int32_t sft = sf == 0 ? 0 : (sf == 1 ? 1 : -1 - rnd(20));
+    int16_t n[4], os[4];
+    static int32_t acc[4096];
+    n[0] = 1; n[1] = (int16_t)R; n[2] = (int16_t)C; n[3] = (int16_t)D; os[0] = 0;
+    if (t % 4 == 3) { os[1] = 1; os[2] = (int16_t)R; os[3] = 0; } /* another kind: general */
+    else { os[1] = (int16_t)D; os[2] = 0; os[3] = 1; }
+    qsa_reduce(o, x, n, os, t % 4 == 3 ? R * C : R * D, t % 4 == 3 ? D : C, rnd(256) - 128,
+               (int32_t)(1073741824u + (uint32_t)rnd(1 << 30)), sft, rnd(256) - 128, acc);
+    mix(o, t % 4 == 3 ? R * C : R * D);
+  }
+  printf("reduce %lu\n", (unsigned long)hsh);
+  hsh = 2166136261u; /* qsa_gather4: transposes and slices of a 4-d tensor, the runs of the
+                      * decoder (2 bytes, 4 bytes at stride 2, long rows) among them */
+  for (t = 0; t < 60; ++t) {
+    int16_t n[4], st[4];
+    int d[4], perm[4] = {0, 1, 2, 3}, k, tot = 1;
+    int stride[4];
+    for (k = 0; k < 4; ++k) { d[k] = 1 + rnd(k == 3 ? 20 : 5); }
+    if (t % 5 == 0) { d[0] = 1; d[1] = 1 + rnd(30); d[2] = 4; d[3] = 2; }
+    stride[3] = 1; stride[2] = d[3]; stride[1] = d[2] * d[3]; stride[0] = d[1] * d[2] * d[3];
+    for (k = 3; k > 0; --k) { /* a random order of the dims */
+      const int j = rnd(k + 1), tmp = perm[k];
+      perm[k] = perm[j];
+      perm[j] = tmp;
+    }
+    if (t % 5 == 0) { perm[0] = 0; perm[1] = 1; perm[2] = 3; perm[3] = 2; }
+    for (k = 0; k < 4; ++k) {
+      n[k] = (int16_t)d[perm[k]];
+      st[k] = (int16_t)stride[perm[k]];
+      tot *= d[k];
+    }
+    qsa_gather4(o, x, n, st);
+    mix(o, tot);
+  }
+  printf("gather4 %lu\n", (unsigned long)hsh);
+  hsh = 2166136261u; /* qsa_dwconvs: the fast build's bias folded at init */
+  for (t = 0; t < 30; ++t) {
+    qsa_conv_p p;
+    const int C = 4 * (1 + rnd(12)), KH = 1 + rnd(3), KW = 1 + rnd(t % 2 ? 10 : 3); /* <= 32 */
+    const int IH = 1 + rnd(12), IW = 1 + rnd(6);
+    p.batches = 1 + rnd(2); p.in_h = IH; p.in_w = IW; p.in_c = C; p.k_h = KH; p.k_w = KW;
+    p.stride_h = 1; p.stride_w = 1; p.dil_h = 1; p.dil_w = 1; p.pad_h = rnd(KH); p.pad_w = rnd(KW);
+    p.out_h = IH + 2 * p.pad_h - KH + 1; p.out_w = IW + 2 * p.pad_w - KW + 1;
+    if (p.out_h < 1 || p.out_w < 1) continue;
+    p.out_c = C; p.depth_mult = 1; p.in_off = rnd(256) - 128; p.out_off = rnd(256) - 128;
+    p.lo = -128; p.hi = 127;
+    for (i = 0; i < C; ++i) {
+      bias[i] = rnd(20000) - 10000;
+      m[i] = (int32_t)(1073741824u + (uint32_t)rnd(1 << 30));
+      sh[i] = (int8_t)(-1 - rnd(20));
+    }
+#ifdef QSA_ARITH_FAST
+    qsa_dwconvs_bias(kb, y, bias, &p);
+    qsa_dwconvs(o, x, y, kb, m, sh, &p);
+#else
+    (void)kb;
+    qsa_dwconvs(o, x, y, bias, m, sh, &p);
+#endif
+    mix(o, p.batches * p.out_h * p.out_w * C);
+  }
+  printf("dwconvs %lu\n", (unsigned long)hsh);
+  fflush(stdout); /* the board's exit does not flush */
+  return 0;
+}
+"""
+
+
+@needs_cc
+@pytest.mark.parametrize("where", ["host", "cortex-m4"])
+def test_fast_round3_kernels_equal_the_exact_build(tmp_path, where):
+    """The fast build's kernels of tuning round 3 (12-07) print the exact build's integers on
+    random data: qsa_bmm2 (K padded to a multiple of 4, rows in interleaved pairs, the DSP
+    loop in assembly), qsa_softmax (the rounding divisions as adds and shifts, one SMMLAR),
+    qsa_reduce (the sum over dim 2 straight from x), qsa_gather4 (runs chosen per row; the
+    8-byte de-interleave), qsa_dwconvs (the bias folded at init, the requantisation as its own
+    pass). The same C compiled with and without QSA_ARITH_FAST, on the host (portable C) and
+    on the Cortex-M4 under QEMU (SMLAD, the assembly)."""
+    from qsa.export.c_kernels import QSA_NN_H
+
+    if where != "host" and arm_toolchain():
+        require([arm_toolchain()], "the Cortex-M build and its QEMU run")
+    outs = []
+    for fast in (False, True):
+        d = tmp_path / ("fast" if fast else "exact")
+        d.mkdir()
+        (d / "qsa_nn.h").write_text(QSA_NN_H)
+        (d / "t.c").write_text(("#define QSA_ARITH_FAST 1\n" if fast else "") + _ROUND3_C)
+        outs.append(_run_c(d).stdout if where == "host" else _run_c_m4(d))
+    exact, fast = (o.split("\n") for o in outs)
+    assert [ln.split()[0] for ln in exact if ln] == ["bmm2", "softmax", "reduce", "gather4",
+                                                     "dwconvs"]
+    assert exact == fast
