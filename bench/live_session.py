@@ -1,9 +1,9 @@
 """Benchmark: a long ``qsa live --input-file`` session at 10 ms blocks on a real audio stack.
 
 Plays noisy speech (espeak-ng speech + noise, looped to ``--minutes``) as the microphone
-through the full duplex pipeline into a private PulseAudio null sink (its monitor is the
-microphone; nothing is audible) and reports xruns and the per-hop processing time from the
-app's own ``--json-stats``. A benchmark, not a test: nothing is asserted.
+through the full pipeline (an input and an output stream) into a private PulseAudio null
+sink (its monitor is the microphone; nothing is audible) and reports xruns and the per-hop
+processing time from the app's own ``--json-stats``. A benchmark, not a test: nothing is asserted.
 
     .venv/bin/python bench/live_session.py                      # 10 minutes, qcgan-35k
     .venv/bin/python bench/live_session.py --minutes 1 --model reference-lowpass
@@ -145,6 +145,19 @@ class SourceRecorder:
         self._thread.join(timeout=10)
 
 
+def clocked_microphone(pa, sink: str, rate: int) -> subprocess.Popen:
+    """A silent playback client on ``sink`` with a 20 ms latency request, so that its
+    monitor (the app's microphone here) delivers audio every few ms from the start, as a
+    real microphone does. Without one, PulseAudio's null sink, idle, runs 2 s ahead and its
+    monitor delivers 2 s blocks: the app's duplex stream then waits up to 2 s for its first
+    input (and again after each reconnection), which no sound card does."""
+    return subprocess.Popen(
+        ["pacat", "--playback", "-d", sink, "--latency-msec=20", "--raw", "--format=s16le",
+         f"--rate={rate}", "--channels=1", "--client-name=bench-microphone-clock", "/dev/zero"],
+        env=pa.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
 def _source_exists(env: dict, name: str) -> bool:
     out = subprocess.run(["pactl", "list", "short", "sources"], env=env, capture_output=True,
                          text=True).stdout  # fmt: skip
@@ -226,64 +239,80 @@ def main(argv=None) -> int:
     host = host_reference()
 
     with tempfile.TemporaryDirectory() as d, PrivatePulse({"loop": args.samplerate}) as pa:
-        wav = Path(d) / "noisy.wav"
-        sf.write(wav, noisy_speech(args.minutes * 60), SR, subtype="FLOAT")
-        route = ["--virtual-mic"] if args.virtual_mic else ["-i", "pulse", "-o", "pulse"]
-        cache_home = args.cache_home or Path(d) / "cache"
-        cmd = [
-            sys.executable, "-m", "qsa.cli", "live", "--model", args.model,
-            "--runtime", args.runtime, "--precision", args.precision, *route,
-            "--samplerate", str(args.samplerate), "--block-ms",
-            str(args.block_ms), "--latency", args.latency, "--input-file", str(wav),
-            "--json-stats",
-        ]  # fmt: skip
-        if args.jitter_ms is not None:
-            cmd += ["--jitter-ms", str(args.jitter_ms)]
-        startup, rec = None, None
-        if args.virtual_mic:
-            short = Path(d) / "short.wav"
-            sf.write(short, noisy_speech(5.0), SR, subtype="FLOAT")
-            scmd = [str(short) if c == str(wav) else c for c in cmd]
-            # an empty export cache for the cold start; the warm ones (and the session) reuse it
-            env = dict(pa.env, XDG_CACHE_HOME=str(cache_home))
-            runs = [startup_time(pa, scmd, args.samplerate, env=env)
-                    for _ in range(args.startup_runs + 1)]  # fmt: skip
+        clock = clocked_microphone(pa, "loop", args.samplerate) if args.virtual_mic else None
+        try:
+            return _run(args, pa, Path(d), host)
+        finally:
+            if clock is not None:
+                clock.terminate()
+                clock.wait(timeout=10)
 
-            def median(key, sub=None):
-                v = [r[key] if sub is None else (r[key] or {}).get(sub) for r in runs[1:]]
-                v = [x for x in v if x is not None]
-                return float(np.median(v)) if v else None
 
-            startup = {"cold": runs[0], "cold_is_cold": args.cache_home is None,
-                       "warm": runs[1:],
-                       "warm_enhanced_audio_s_median": median("enhanced_audio_s"),
-                       "warm_app_cpu_s_median": median("app_cpu_s"),
-                       "warm_app_first_output_s_median": median("app", "first_output"),
-                       "warm_app_first_output_cpu_s_median": median("app", "first_output_cpu"),
-                       "load_average": os.getloadavg()}  # fmt: skip
-            if args.startup_only:
-                result = {"model": args.model, "runtime": args.runtime,
-                          "precision": args.precision, "samplerate": args.samplerate,
-                          "startup": startup, "host_reference": host}  # fmt: skip
-                print(json.dumps(result, indent=2))
-                if args.out:
-                    from qsa.fileio import atomic_write_text
+def _run(args, pa, d: Path, host: dict) -> int:
+    wav = d / "noisy.wav"
+    sf.write(wav, noisy_speech(args.minutes * 60), SR, subtype="FLOAT")
+    route = ["--virtual-mic"] if args.virtual_mic else ["-i", "pulse", "-o", "pulse"]
+    cache_home = args.cache_home or d / "cache"
+    cmd = [
+        sys.executable, "-m", "qsa.cli", "live", "--model", args.model,
+        "--runtime", args.runtime, "--precision", args.precision, *route,
+        "--samplerate", str(args.samplerate), "--block-ms",
+        str(args.block_ms), "--latency", args.latency, "--input-file", str(wav),
+        "--json-stats",
+    ]  # fmt: skip
+    if args.jitter_ms is not None:
+        cmd += ["--jitter-ms", str(args.jitter_ms)]
+    startup, rec = None, None
+    if args.virtual_mic:
+        short = d / "short.wav"
+        sf.write(short, noisy_speech(5.0), SR, subtype="FLOAT")
+        scmd = [str(short) if c == str(wav) else c for c in cmd]
+        # an empty export cache for the cold start; the warm ones (and the session) reuse it
+        env = dict(pa.env, XDG_CACHE_HOME=str(cache_home))
+        runs = [startup_time(pa, scmd, args.samplerate, env=env)
+                for _ in range(args.startup_runs + 1)]  # fmt: skip
 
-                    atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
-                return 0
-        t0 = time.monotonic()
-        app = subprocess.Popen(cmd, env=dict(pa.env_for("loop", "loop.monitor"),
-                                             XDG_CACHE_HOME=str(cache_home)),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        if args.virtual_mic:
-            while not _source_exists(pa.env, "qsa_mic") and app.poll() is None:
-                time.sleep(0.01)
-            rec = SourceRecorder(pa.env, "qsa_mic", args.samplerate)
-        out, err = app.communicate()
-        if rec is not None:
-            rec.stop()
-        r = subprocess.CompletedProcess(cmd, app.returncode, out, err)
-        wall = time.monotonic() - t0
+        def median(key, sub=None):
+            v = [r[key] if sub is None else (r[key] or {}).get(sub) for r in runs[1:]]
+            v = [x for x in v if x is not None]
+            return float(np.median(v)) if v else None
+
+        startup = {"cold": runs[0], "cold_is_cold": args.cache_home is None,
+                   "warm": runs[1:],
+                   "warm_enhanced_audio_s_median": median("enhanced_audio_s"),
+                   "warm_app_cpu_s_median": median("app_cpu_s"),
+                   "warm_app_first_output_s_median": median("app", "first_output"),
+                   "warm_app_first_output_cpu_s_median": median("app", "first_output_cpu"),
+                   # the app's own: stream started -> first enhanced sample to the device
+                   "warm_stream_to_first_output_s": [
+                       None if not r["app"] or r["app"].get("first_output") is None
+                       or r["app"].get("stream_started") is None
+                       else round(r["app"]["first_output"] - r["app"]["stream_started"], 3)
+                       for r in runs[1:]],
+                   "load_average": os.getloadavg()}  # fmt: skip
+        if args.startup_only:
+            result = {"model": args.model, "runtime": args.runtime,
+                      "precision": args.precision, "samplerate": args.samplerate,
+                      "startup": startup, "host_reference": host}  # fmt: skip
+            print(json.dumps(result, indent=2))
+            if args.out:
+                from qsa.fileio import atomic_write_text
+
+                atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
+            return 0
+    t0 = time.monotonic()
+    app = subprocess.Popen(cmd, env=dict(pa.env_for("loop", "loop.monitor"),
+                                         XDG_CACHE_HOME=str(cache_home)),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if args.virtual_mic:
+        while not _source_exists(pa.env, "qsa_mic") and app.poll() is None:
+            time.sleep(0.01)
+        rec = SourceRecorder(pa.env, "qsa_mic", args.samplerate)
+    out, err = app.communicate()
+    if rec is not None:
+        rec.stop()
+    r = subprocess.CompletedProcess(cmd, app.returncode, out, err)
+    wall = time.monotonic() - t0
     lines = [json.loads(s) for s in r.stdout.splitlines() if s.startswith("{")]
     if r.returncode != 0 or not lines:
         print(r.stderr[-2000:], file=sys.stderr)
@@ -326,6 +355,9 @@ def main(argv=None) -> int:
         "xrun_worker_quiet_ms": final.get("xrun_worker_quiet_ms"),
         "callback_gap_ms_max": final.get("callback_gap_ms_max"),
         "restarts": final["restarts"],
+        # the output ring's backlog dropped after output stalls, and the jitter buffer's growth
+        "trimmed": final.get("trimmed"),
+        "jitter_growth_ms": final.get("jitter_growth_ms"),
         "latency_ms": final["latency_ms"],
         "priority": final.get("priority"),
         "host_reference": host,

@@ -332,10 +332,10 @@ def test_list_devices(pulse):
     ids=["16k-mono-low", "48k-stereo-high"],
 )
 def test_file_through_the_loop(pulse, enhancer, looped, tmp_path, rate, channels, latency):
-    """--input-file played through the real duplex stream, output looped back to the input:
-    the recorded output equals offline processing, the looped-back stream carries it (after
-    latency alignment) with the noise level dropped, and the click comes back after the
-    reported end-to-end latency within one block and the null sink's render quantum.
+    """--input-file played through the real input and output streams, output looped back to
+    the input: the recorded output equals offline processing, the looped-back stream carries
+    it (after latency alignment) with the noise level dropped, and the click comes back after
+    the reported end-to-end latency within one block and the null sink's render quantum.
 
     The exact checks (what the model saw and produced) must hold on every run. The checks of
     the audio server's loop-back depend on the server getting the CPU in time: on a loaded
@@ -427,8 +427,9 @@ def _loop_server_checks(noisy, lines, y, rate, quantum_ms):
         f"\n[{rate} Hz] click through the loop: measured {measured_ms:.1f} ms, reported "
         f"{reported['end_to_end']:.1f} ms (algorithmic {reported['algorithmic']:.1f} + buffering "
         f"{reported['buffering']:.1f}; device {reported['device']:.1f}, pipeline "
-        f"{reported['pipeline']:.1f}, device spread {reported['device_spread']:.1f}; sink quantum "
-        f"{quantum_ms:.1f}); xruns {final['xruns']}, restarts {final['restarts']}"
+        f"{reported['pipeline']:.1f}, streams {reported['streams']:.1f}, device spread "
+        f"{reported['device_spread']:.1f}; sink quantum {quantum_ms:.1f}); xruns "
+        f"{final['xruns']}, trimmed {final['trimmed']}, restarts {final['restarts']}"
     )
     # within one block plus what the server cannot report (SinkQuantum; seen: -10.6 to
     # +10.3 ms at a 10 ms quantum) and the spread of its per-callback reports
@@ -579,8 +580,9 @@ def test_stop_signal_leaves_a_valid_recording(pulse, enhancer, tmp_path, how):
 def test_survives_injected_xruns(pulse, enhancer, tmp_path):
     """Real xruns, injected from outside: the whole app is frozen (SIGSTOP) three times for
     0.4 s (40 blocks) mid-stream, so the audio server under- and overflows on it. The app
-    counts the xruns, keeps (or reopens) the stream, plays the file to the end, exits 0, and
-    its recording is still the model's exact output for what the model was given."""
+    counts the xruns, keeps (or reopens) the stream, plays the file to the end (less the
+    backlog each freeze leaves, trimmed), exits 0, and its recording is still the model's
+    exact output for what the model was given."""
     src = tmp_path / "noise.wav"
     rng = np.random.default_rng(4)
     sf.write(src, 0.1 * rng.standard_normal(SR * 8).astype(np.float32), SR, subtype="FLOAT")
@@ -609,7 +611,9 @@ def test_survives_injected_xruns(pulse, enhancer, tmp_path):
     assert app.returncode == 0, err
     lines += json_lines(out)
     final = lines[-1]
-    assert final["final"] and final["t"] >= 8.0  # the whole file played
+    # the whole file played, less the backlog trimmed after each freeze: the input stream's
+    # buffer delivers what it held at once, the output's buffer had run dry (_trim_backlog)
+    assert final["final"] and final["t"] + final["trimmed"]["ms"] / 1000 >= 8.0, final
     x = final["xruns"]
     injected = (
         x["ring_underruns"] + x["ring_overruns"] + x["device_output_underflows"]
@@ -850,6 +854,163 @@ def test_startup_shortfalls_are_not_underruns(pulse, enhancer, monkeypatch):
         assert s["xruns"]["ring_underruns"] >= 1 and s["xruns"]["device_output_underflows"] == 1
         assert s["underruns"] > base and len(s["xrun_times_s"]) == s["underruns"]
         assert s["startup_shortfalls"]["device"] == 1  # unchanged
+    finally:
+        session.close()
+
+
+def test_output_before_input_is_the_streams_offset(pulse, enhancer, monkeypatch):
+    """Two streams: the output stream calls back before the input stream has delivered
+    anything (it fills its buffer at start; an idle PulseAudio source takes up to 2 s for its
+    first block). Those blocks are silence outside the pipeline: the prefill and the jitter
+    buffer stay for the signal (no growth, no shortfall), the signal comes out exactly the
+    prefill after the input's first sample, and the report counts the head start in the
+    streams' offset (output epoch - input epoch, here 0: one clock), so end-to-end stays
+    right."""
+    import sounddevice as sd
+
+    from qsa.apps.live import LiveOptions, LiveSession
+
+    for k in ("PULSE_SERVER", "XDG_RUNTIME_DIR", "HOME"):
+        monkeypatch.setenv(k, pulse.env[k])
+    sd._terminate()
+    sd._initialize()
+    blk = 160
+    opts = LiveOptions(input_device="pulse", output_device="pulse", channels=1, samplerate=SR)
+    session = LiveSession(enhancer.proc, opts).open()
+    try:
+        assert session.in_stream is not None and session.out_stream is not None  # two streams
+        enhancer.proc.reset()
+        x = np.random.default_rng(6).standard_normal(blk * 30).astype(np.float32) * 0.1
+        indata = np.zeros((blk, 1), np.float32)
+        outdata = np.zeros((blk, 1), np.float32)
+        ok = sd.CallbackFlags()
+
+        class TimeInfo:  # one clock: input ADC and output DAC 5 ms either side of "now"
+            currentTime, inputBufferAdcTime, outputBufferDacTime = 10.0, 9.995, 10.005
+
+        ti = TimeInfo()
+
+        def tick():
+            ti.currentTime += blk / SR
+            ti.inputBufferAdcTime = ti.currentTime - 0.005
+            ti.outputBufferDacTime = ti.currentTime + 0.005
+
+        played = []
+        lead = 7
+        for _ in range(lead):  # the output alone
+            session._out_callback(outdata, blk, ti, ok)
+            played.append(outdata[:, 0].copy())
+            tick()
+        assert session.growth == 0 and session._played == 0
+        assert session.stats()["startup_shortfalls"] == {"ring": 0, "device": 0}
+        for k in range(30):  # then both, a block each, one clock
+            indata[:, 0] = x[k * blk : (k + 1) * blk]
+            session._in_callback(indata, blk, ti, ok)
+            session._work_once()
+            session._out_callback(outdata, blk, ti, ok)
+            played.append(outdata[:, 0].copy())
+            tick()
+        y = np.concatenate(played)
+        p = session.prefill + lead * blk
+        assert session.growth == 0 and session.stats()["underruns"] == 0
+        ref = enhancer.proc.process_offline(x)
+        np.testing.assert_allclose(y[p:], ref[: len(y) - p], atol=1e-5)
+        lat = session.stats()["latency_ms"]
+        assert lat["device_in"] == pytest.approx(5.0, abs=0.01)
+        assert lat["device_out"] == pytest.approx(5.0, abs=0.01)
+        # output epoch - input epoch: the head start less the 10 ms of the two devices
+        assert lat["streams"] == pytest.approx(0.0, abs=0.01)
+        assert lat["pipeline"] == pytest.approx((p - lead * blk) / SR * 1000, abs=0.01)
+    finally:
+        session.close()
+
+
+def test_output_stall_backlog_is_trimmed(pulse, enhancer, monkeypatch):
+    """Two streams: the output stream stalls for 200 ms while the input keeps delivering
+    (the device plays its 30 ms buffer, then 170 ms of silence), then catches up on its
+    buffer in a burst. The 160 ms the output fell behind would wait in the rings for good
+    (a loaded 10-minute session ended at 403 ms end-to-end): once a whole window (1 s of
+    output) shows it, the oldest 160 ms are dropped from the output ring, no more (the
+    window's lowest point after the burst is the backlog), counted in ``trimmed``; the
+    signal on both sides of the skip is the exact pipeline's, and the latency report is
+    back to the pre-stall figure (streams 0, pipeline P)."""
+    import sounddevice as sd
+
+    from qsa.apps.live import LiveOptions, LiveSession
+
+    for k in ("PULSE_SERVER", "XDG_RUNTIME_DIR", "HOME"):
+        monkeypatch.setenv(k, pulse.env[k])
+    sd._terminate()
+    sd._initialize()
+    blk, dev_out = 160, 0.03  # the output device buffers 3 blocks
+    opts = LiveOptions(input_device="pulse", output_device="pulse", channels=1, samplerate=SR)
+    session = LiveSession(enhancer.proc, opts).open()
+    try:
+        enhancer.proc.reset()
+        n_before, n_stall, n_burst, n_after = 50, 20, 4, 300
+        x = np.random.default_rng(7).standard_normal(blk * (n_before + n_stall + n_after))
+        x = (0.1 * x).astype(np.float32)
+        indata = np.zeros((blk, 1), np.float32)
+        outdata = np.zeros((blk, 1), np.float32)
+        ok, under = sd.CallbackFlags(), sd.CallbackFlags(sd._lib.paOutputUnderflow)
+
+        class TimeInfo:  # one clock: input ADC 5 ms before "now", output DAC 30 ms after
+            currentTime, inputBufferAdcTime, outputBufferDacTime = 10.0, 9.995, 10.0 + dev_out
+
+        ti = TimeInfo()
+
+        def tick():
+            ti.currentTime += blk / SR
+            ti.inputBufferAdcTime = ti.currentTime - 0.005
+            ti.outputBufferDacTime = ti.currentTime + dev_out
+
+        played, k_in = [], 0
+
+        def input_block():
+            nonlocal k_in
+            indata[:, 0] = x[k_in * blk : (k_in + 1) * blk]
+            k_in += 1
+            session._in_callback(indata, blk, ti, ok)
+            session._work_once()
+
+        def output_block(flags=ok):
+            session._out_callback(outdata, blk, ti, flags)
+            played.append(outdata[:, 0].copy())
+
+        for _ in range(n_before):  # both, a block each
+            input_block()
+            output_block()
+            tick()
+        for _ in range(n_stall):  # the input alone: the output's callbacks are late
+            input_block()
+            tick()
+        stall_end = ti.currentTime
+        for i in range(n_burst):  # the output refills its drained buffer at once
+            ti.outputBufferDacTime = stall_end + i * blk / SR
+            output_block(under if i == 0 else ok)
+        ti.outputBufferDacTime = ti.currentTime + dev_out
+        assert session.trimmed == 0
+        for _ in range(n_after):
+            tick()
+            input_block()
+            output_block()
+
+        s = session.stats()
+        backlog = (n_stall - n_burst) * blk
+        assert session.trimmed == backlog and s["trimmed"] == {"events": 1, "ms": 160.0}
+        assert s["underruns"] == 1 and session.growth == 0  # the device's, not the rings'
+        y = np.concatenate(played)
+        ref = enhancer.proc.process_offline(x)
+        p = session.prefill
+        cut = (n_before + n_burst + 90) * blk  # the skip ends the second window (0.5 + 1 s)
+        np.testing.assert_allclose(y[p:cut], ref[: cut - p], atol=1e-5)
+        tail = slice(len(y) - 100 * blk, len(y))
+        np.testing.assert_allclose(y[tail], ref[tail.start - p + backlog : tail.stop - p + backlog],
+                                   atol=1e-5)  # fmt: skip
+        lat = s["latency_ms"]
+        assert lat["device_out"] == pytest.approx(dev_out * 1000, abs=0.01)
+        assert lat["streams"] == pytest.approx(0.0, abs=0.01)
+        assert lat["pipeline"] == pytest.approx(p / SR * 1000, abs=0.01)
     finally:
         session.close()
 

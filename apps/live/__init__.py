@@ -1,8 +1,8 @@
 """qsa.apps.live: live microphone enhancement (``qsa live``).
 
-A sounddevice duplex stream whose callback only moves samples through preallocated
-lock-free rings; a worker thread resamples to the model rate and runs the model's
-streaming step hop by hop (``Processor``), on torch or any qsa.export runtime.
+A sounddevice input stream and output stream whose callbacks only move samples through
+preallocated lock-free rings; a worker thread resamples to the model rate and runs the
+model's streaming step hop by hop (``Processor``), on torch or any qsa.export runtime.
 
 Importing it loads no torch: the reference model (``QuaternionLowpass``, a torch module)
 loads on first use, so that ``qsa live`` on a cached exported runtime starts without torch.

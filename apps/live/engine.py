@@ -1,13 +1,22 @@
-"""The live pipeline: a sounddevice duplex stream, ring buffers and a worker thread.
+"""The live pipeline: two PortAudio streams (input, output), ring buffers and a worker thread.
 
-    device callback (PortAudio thread)          worker thread
+    input callback (PortAudio thread)            worker thread
     indata ──copy──> in_ring ───────────────>  mix to mono -> soxr to 16 kHz -> hops ->
-    outdata <─copy── out_ring <──────────────  processor.process_hop -> soxr to device rate
-                     (prefilled with P zeros)   (+ the recording, the statistics)
+                                                processor.process_hop -> soxr to device rate
+    output callback (another PortAudio thread)  (+ the recording, the statistics)
+    outdata <─copy── out_ring <──────────────
+                     (prefilled with P zeros)
 
-The callback only copies between PortAudio's buffers and preallocated ``SpscRing``s, counts
-xruns and stores the device latency in a preallocated slot: no array data is allocated, no
-lock is taken, no I/O is done (STYLE item 9). Everything else runs in the worker.
+The input and the output are separate streams, joined only through the rings: a duplex
+stream waits for both directions at once, and PortAudio's ALSA duplex loop gives up
+(``ContinuePoll(..., StreamDirection_In)``, "audio device lost") when the two ends are
+clocked apart, as a virtual microphone's sink clocked by its recorders is from the capture
+device. The callbacks only copy between PortAudio's buffers and preallocated ``SpscRing``s,
+count xruns and store timestamps in preallocated slots: no array data is allocated, no lock
+is taken, no I/O is done (STYLE item 9). Everything else runs in the worker. The callback
+threads run at SCHED_FIFO, the worker just below them, and libpulse's mainloop threads (the
+ALSA ``pulse`` plugin's, which move the samples to the server) with them, where permitted
+(root, or an rtprio limit); elsewhere they keep the normal priority silently.
 
 Latency bookkeeping: every input sample produces one output sample, so the pipeline (rings,
 hop framing, resamplers) delays the signal by exactly the prefill ``P`` device samples; ``P``
@@ -15,14 +24,21 @@ is the largest deficit of the hop/resampler chain (simulated for these rates and
 plus one block for the callback order plus ``margin_blocks`` blocks for worker jitter. A late
 block (underrun) is played as zeros: the first ones grow the delay (an adaptive jitter
 buffer, up to ``max_growth_ms``: hosts that call back in bursts need it), later ones are
-skipped when they arrive, so the latency stays ``P + growth``. End-to-end = device round
-trip (PortAudio's DAC time - ADC time) + ``P + growth`` + the model's look-ahead =
-algorithmic latency + buffering latency.
+skipped when they arrive, so the pipeline's share stays ``P + growth``: output sample ``k``
+(counted from the output stream's start) carries input sample ``k - P - growth``. Each
+callback stores its stream's epoch, the time its sample 0 was (would have been) converted:
+ADC time less the input samples before the block, DAC time less the output samples before
+it. End-to-end = output epoch - input epoch + ``P + growth`` + the model's look-ahead =
+algorithmic latency + buffering latency; the report splits the buffering into the two
+devices' own latencies (ADC -> input callback, output callback -> DAC), the pipeline
+(``P + growth``) and ``streams``, how far the output stream runs behind the input stream
+(0 for one duplex stream).
 
 ``--input-file``: the worker resamples the file to the device rate into a file ring; the
-callback feeds that ring to the pipeline in place of the microphone, so the same path runs.
-With a duplex device the microphone is still captured (recorded as a third channel, "mic"):
-with the output looped back to the input it measures the whole loop.
+input callback feeds that ring to the pipeline in place of the microphone, so the same path
+runs, on the microphone's clock. The microphone is still captured (recorded as a third
+channel, "mic", sample for sample with the file): with the output looped back to the input
+it measures the whole loop. Without an input device the output callback feeds the file.
 """
 
 from __future__ import annotations
@@ -165,6 +181,58 @@ def raise_thread_priority(fifo_priority: int | None = None) -> str:
         return "normal"
 
 
+def _hold_priority(fifo_priority: int):
+    """SCHED_FIFO at ``fifo_priority`` for the calling thread; what to restore (its policy,
+    parameters and nice value, with its id), or None where it was not permitted."""
+    tid = threading.get_native_id()
+    try:
+        old = (tid, os.sched_getscheduler(tid), os.sched_getparam(tid),
+               os.getpriority(os.PRIO_PROCESS, tid))  # fmt: skip
+        os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(fifo_priority))
+        return old
+    except (OSError, AttributeError):
+        return None
+
+
+def _restore_priority(old) -> None:
+    tid, policy, param, nice = old
+    if tid != threading.get_native_id():
+        return  # another thread: its scheduling is its own
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(tid, policy, param)
+        os.setpriority(os.PRIO_PROCESS, tid, nice)
+
+
+def raise_pulse_threads(fifo_priority: int = 20) -> str | None:
+    """Best effort: SCHED_FIFO for libpulse's mainloop threads in this process ("threaded-ml":
+    the ALSA ``pulse`` plugin runs one per stream; they move the samples between PortAudio's
+    ring and the audio server, so a callback at real-time priority waits on them). Returns
+    what was obtained ("realtime xN", "normal" without the privilege), None without such
+    threads (no PulseAudio / PipeWire behind the device). Linux only; silent elsewhere."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    found = raised = 0
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() != "threaded-ml":
+                    continue
+        except OSError:
+            continue
+        found += 1
+        try:
+            os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(fifo_priority))
+            raised += 1
+        except (OSError, AttributeError):
+            pass
+    if not found:
+        return None
+    return f"realtime x{raised}" if raised == found else ("normal" if not raised else
+                                                          f"realtime {raised} of {found}")
+
+
 def _resampler(sr_in: int, sr_out: int, quality: str):
     if sr_in == sr_out:
         return None
@@ -284,7 +352,8 @@ class LiveSession:
         self.opt = options or LiveOptions()
         self.bypass = bool(self.opt.bypass)
         self.error: QsaError | None = None
-        self.stream = None
+        self.in_stream = None  # None: no input device (--input-file on an output-only host)
+        self.out_stream = None
         self.recorder: Recorder | None = None
         self._stop = threading.Event()
         self.restarts = 0  # stream reopened after PortAudio stopped it (devices still there)
@@ -319,7 +388,7 @@ class LiveSession:
             in_info = None  # --input-file on an output-only machine: no mic channel
         self.in_name = in_info["name"] if in_info else None
         self.out_name = out_info["name"]
-        self.duplex = in_info is not None
+        self.duplex = in_info is not None  # an input device too (its own input stream)
         dev = (in_info["index"] if in_info else None, out_info["index"])
         self.sr_dev = self._pick_rate(sd, dev, in_info, out_info)
         self.ch_in, self.ch_out = self._pick_channels(sd, dev, in_info, out_info)
@@ -344,9 +413,14 @@ class LiveSession:
         self._cb_block = np.zeros((4 * B, 1), np.float32)  # (4B, 1) file block for the callback
 
         # callback-owned counters (written only by the callback)
-        self.n_callbacks = 0
-        self.callback_priority: str | None = None
+        self.n_callbacks = 0  # output callbacks (the stream time counts them)
+        self.n_in_callbacks = 0
+        self.callback_priority: str | None = None  # the output callback's thread
+        self.in_callback_priority: str | None = None
         self.worker_priority: str | None = None
+        self.pulse_priority: str | None = None  # libpulse's mainloop threads (ALSA pulse)
+        self._frames_in = 0  # frames the input callbacks delivered (written or dropped)
+        self._frames_out = 0  # frames the output callbacks played (signal or zeros)
         self.pa_input_overflows = 0
         self.pa_output_underflows = 0
         self.ring_overruns = 0  # input ring full: the worker stalled, a block was dropped
@@ -359,6 +433,15 @@ class LiveSession:
         self.startup_ring_shortfalls = 0
         self.startup_device_underflows = 0
         self._played = 0  # samples taken from the output ring (prefill zeros first)
+        self._lead = 0  # zeros played before the input stream's first block (not the ring's)
+        # Backlog trimming (_trim_backlog): samples dropped from the output ring after the
+        # output stream fell behind the input stream (a stall), the times it happened, and
+        # the running window of the streams' offset it decides on
+        self.trimmed = 0
+        self.trims = 0
+        self._trim_window = max(sr, 4 * B)  # output frames per decision: 1 s
+        self._win_left = max(sr // 2, 4 * B)  # the first: 0.5 s, in a call's first silence
+        self._win_min = None
         # The start-up burst lasts until the host's first callback that comes at least half a
         # block after the one before (on PortAudio's clock or ours). Until then processed
         # samples are held back once the prefill is played (zeros instead, the delay grows by
@@ -386,7 +469,14 @@ class LiveSession:
         self._pa_gap = 0.0  # host-side gap: PortAudio stamps it before Python is entered
         self.cb_gap_max = 0.0  # largest gap between callbacks after the first second
         self._worker_beat = 0.0  # perf_counter when the worker last finished a pass
-        self._dev_latency = np.full(256, np.nan)  # seconds, DAC time - ADC time per callback
+        self._in_seen_t = 0.0  # perf_counter at the latest input callback
+        # per callback (latest 256 of each stream), in PortAudio's stream time (s): the epoch
+        # (when sample 0 was converted: ADC / DAC time less the samples before the block) and
+        # the device's own latency (ADC -> callback, callback -> DAC)
+        self._in_epoch = np.full(256, np.nan)
+        self._out_epoch = np.full(256, np.nan)
+        self._in_dev = np.full(256, np.nan)
+        self._out_dev = np.full(256, np.nan)
 
         # worker-owned statistics
         self.hops_done = 0
@@ -426,8 +516,9 @@ class LiveSession:
         self._warm_up()
 
         try:
-            self.stream = self._make_stream(sd, dev)
+            self._make_streams(sd, dev)
         except (sd.PortAudioError, ValueError) as e:
+            self._abort_streams()
             self._close_files()
             raise QsaError(
                 f"cannot open the audio stream on input {self.in_name!r} / output "
@@ -447,7 +538,9 @@ class LiveSession:
             proc.process_hop(x, y)
         proc.reset()
 
-    def _make_stream(self, sd, dev):
+    def _make_streams(self, sd, dev) -> None:
+        """The output stream, and the input stream when there is an input device: two
+        streams, not one duplex stream (see the module docstring)."""
         kwargs = dict(
             samplerate=self.sr_dev,
             blocksize=self.block,
@@ -456,13 +549,33 @@ class LiveSession:
             finished_callback=self._finished,
         )
         self._stream_finished = False
+        self.in_stream = self.out_stream = None
         if self.duplex:
-            return sd.Stream(
-                device=dev, channels=(self.ch_in, self.ch_out), callback=self._callback, **kwargs
+            self.in_stream = sd.InputStream(
+                device=dev[0], channels=self.ch_in, callback=self._in_callback, **kwargs
             )
-        return sd.OutputStream(
+        self.out_stream = sd.OutputStream(
             device=dev[1], channels=self.ch_out, callback=self._out_callback, **kwargs
         )
+
+    @property
+    def streams(self) -> list:
+        return [s for s in (self.in_stream, self.out_stream) if s is not None]
+
+    def _start_streams(self) -> None:
+        """Input first: its samples wait in the rings for the output (measured, reported);
+        an output started first would only play more of the prefill's silence."""
+        for s in self.streams:
+            s.start()
+        self.pulse_priority = raise_pulse_threads()
+
+    def _abort_streams(self) -> None:
+        for s in self.streams:
+            try:
+                s.abort()
+                s.close()
+            except Exception:  # the device may be gone already
+                pass
 
     def _reopen(self, timeout_s: float = 5.0) -> bool:
         """After the stream died: reopen it on the same devices if they are still there
@@ -492,11 +605,7 @@ class LiveSession:
     def _reopen_now(self) -> bool:
         import sounddevice as sd
 
-        try:
-            self.stream.abort()
-            self.stream.close()
-        except Exception:  # the stream is already broken; it is replaced below
-            pass
+        self._abort_streams()  # already broken; replaced below
         try:
             sd._terminate()  # re-enumerate: a vanished device must not be found again
             sd._initialize()
@@ -511,9 +620,14 @@ class LiveSession:
                 raise ValueError(f"{kind} device {name!r} is gone")
 
             dev = (find(self.in_name, "input"), find(self.out_name, "output"))
-            self.stream = self._make_stream(sd, dev)
-            self.stream.start()
+            self._make_streams(sd, dev)
+            # new PortAudio threads: each callback raises its own priority again; the input's
+            # stall check waits for its first block again
+            self.callback_priority = self.in_callback_priority = None
+            self._in_seen_t = 0.0
+            self._start_streams()
         except Exception:
+            self._abort_streams()
             return False
         self._seen_t = time.monotonic()
         return True
@@ -552,20 +666,23 @@ class LiveSession:
         cin = pick(sd.check_input_settings, dev[0], in_info, "input") if in_info else 0
         return cin, pick(sd.check_output_settings, dev[1], out_info, "output")
 
-    # -- the audio callback: copies and counters only ------------------------------------
-    def _callback(self, indata, outdata, frames, time_info, status):
-        self.n_callbacks += 1
-        self._callback_gap(time_info.currentTime)
-        if self.callback_priority is None:  # once, on PortAudio's thread
-            self.callback_priority = raise_thread_priority(20)
+    # -- the audio callbacks: copies and counters only ----------------------------------
+    def _in_callback(self, indata, frames, time_info, status):
+        """The input stream's: the microphone (or, with --input-file, the file in its place,
+        the microphone into the mic ring) into the pipeline."""
+        self.n_in_callbacks += 1
+        self._in_seen_t = time.perf_counter()
+        if self.in_callback_priority is None:  # once, on this stream's PortAudio thread
+            self.in_callback_priority = raise_thread_priority(20)
         if status.input_overflow:
             self.pa_input_overflows += 1
             self._mark_xrun()
-        if status.output_underflow:
-            self._device_underflow()
-        self._dev_latency[self.n_callbacks % 256] = (
-            time_info.outputBufferDacTime - time_info.inputBufferAdcTime
-        )
+        adc = time_info.inputBufferAdcTime
+        if adc > 0:  # 0: the host API does not know
+            k = self.n_in_callbacks % 256
+            self._in_epoch[k] = adc - self._frames_in / self.sr_dev
+            self._in_dev[k] = time_info.currentTime - adc
+        self._frames_in += frames
         if self.file_ring is None:
             w = self.in_ring.write(indata)
         else:
@@ -576,24 +693,39 @@ class LiveSession:
             self.ring_overruns += 1
             self.dropped_in += frames - w
             self._mark_xrun()
-        self._play(outdata, frames)
 
     def _out_callback(self, outdata, frames, time_info, status):
+        """The output stream's: the pipeline's output to the device (without an input
+        stream it feeds the file into the pipeline first, on this stream's clock)."""
         self.n_callbacks += 1
         self._callback_gap(time_info.currentTime)
-        if self.callback_priority is None:
+        if self.callback_priority is None:  # once, on this stream's PortAudio thread
             self.callback_priority = raise_thread_priority(20)
         if status.output_underflow:
             self._device_underflow()
-        self._dev_latency[self.n_callbacks % 256] = (
-            time_info.outputBufferDacTime - time_info.currentTime
-        )
-        w = self._file_into_pipeline(frames)
-        if w < frames:
-            self.ring_overruns += 1
-            self.dropped_in += frames - w
-            self._mark_xrun()
+        dac, now = time_info.outputBufferDacTime, time_info.currentTime
+        k = self.n_callbacks % 256
+        if dac > 0:
+            self._out_epoch[k] = dac - self._frames_out / self.sr_dev
+            self._out_dev[k] = dac - now
+        if self.in_stream is None and self.file_ring is not None:
+            if now > 0:  # the file enters now: its "ADC" time is this callback's
+                self._in_epoch[k] = now - self._frames_out / self.sr_dev
+                self._in_dev[k] = 0.0
+            self._frames_in += frames
+            w = self._file_into_pipeline(frames)
+            if w < frames:
+                self.ring_overruns += 1
+                self.dropped_in += frames - w
+                self._mark_xrun()
+        self._frames_out += frames
         self._play(outdata, frames)
+
+    def _callback(self, indata, outdata, frames, time_info, status):
+        """Both halves in one call, as one duplex callback would run them (the tests drive
+        the pipeline through it, block by block)."""
+        self._in_callback(indata, frames, time_info, status)
+        self._out_callback(outdata, frames, time_info, status)
 
     def _callback_gap(self, pa_now: float) -> None:
         self._pa_gap = pa_now - self._pa_last if self._pa_last else 0.0
@@ -635,10 +767,20 @@ class LiveSession:
 
     def _play(self, outdata, frames: int) -> None:
         ring = self.out_ring
+        if self.duplex and self._frames_in == 0:
+            # The input stream has delivered nothing yet: silence, outside the pipeline. An
+            # output stream fills its buffer at start (and an idle PulseAudio source may
+            # take up to 2 s for its first block): counted as the streams' offset, it must
+            # not use up the prefill and the jitter buffer's growth meant for the signal.
+            outdata[:frames] = 0.0
+            self._lead += frames
+            return
         if self._late:
             k = min(self._late, ring.available() - frames)
             if k > 0:
                 self._late -= ring.skip(k)
+        if self.in_stream is not None and self._settled:
+            self._trim_backlog(frames)
         if not self._settled:
             if max(self._pa_gap, self._cb_gap) >= self._half_block_s:
                 self._settled = True
@@ -669,6 +811,36 @@ class LiveSession:
                 self.growth += grow
                 short -= grow
             self._late += short
+
+    def _trim_backlog(self, frames: int) -> None:
+        """Drop what the output stream's falling behind left waiting in the output ring.
+
+        The two streams run on their own: when the output stalls (its callbacks late, the
+        device playing silence) the input keeps delivering, and its samples wait in the rings
+        for good, since the output never plays faster than real time to catch up (a loaded
+        10-minute session ended at 403 ms end-to-end, 270 ms of it this backlog). The
+        offset ``d`` = input frames delivered - output frames played since the input started
+        - frames trimmed is how far the input runs ahead, whatever the worker holds. The
+        pipeline's design has it between -1 block and 0 (one duplex stream: the input half,
+        then the output half; ``P`` holds one block for that order), so its minimum over a
+        window of 1 s of output is the backlog beyond ``P + growth`` that no callback in
+        that window needed. A backlog of at least a block is dropped, oldest samples first
+        (an audible skip, after the stall's own gap), counted in ``trimmed``. The first
+        window is 0.5 s: the input stream starts first, and what it delivered before the
+        output ran, when a block or more, is such a backlog too."""
+        d = self._frames_in - (self._frames_out - self._lead) - self.trimmed
+        if self._win_min is None or d < self._win_min:
+            self._win_min = d
+        self._win_left -= frames
+        if self._win_left > 0:
+            return
+        excess, self._win_min, self._win_left = self._win_min, None, self._trim_window
+        if excess < self.block:
+            return
+        k = min(excess, self.out_ring.available() - frames)  # the rest waits for next time
+        if k > 0:
+            self.trimmed += self.out_ring.skip(k)
+            self.trims += 1
 
     def _finished(self) -> None:
         self._stream_finished = True
@@ -817,10 +989,16 @@ class LiveSession:
         gc.collect()
         gc.freeze()
         self._gc_frozen = True
+        # The thread that runs the session (the terminal view, --json-stats) takes the GIL
+        # too: descheduled while holding it on a busy host (a nice'd process beside a
+        # training run waits tens of ms for a core), it stalls the callbacks and the worker
+        # behind it. It runs at real-time priority too, below them, until close().
+        self._main_sched = _hold_priority(1)
+        self.session_priority = "realtime" if self._main_sched is not None else "normal"
         self._worker = threading.Thread(target=self._worker_main, name="qsa-live", daemon=True)
         self._worker.start()
         self.t_start = time.monotonic()
-        self.stream.start()
+        self._start_streams()
         self._t_stream = time.perf_counter()
 
     def check_alive(self, stall_s: float = 2.0) -> None:
@@ -831,7 +1009,13 @@ class LiveSession:
         if self.n_callbacks != getattr(self, "_seen_cb", -1):
             self._seen_cb, self._seen_t = self.n_callbacks, now
         stalled = now - getattr(self, "_seen_t", now) > stall_s
-        if self._stream_finished or not self.stream.active or stalled:
+        # the input stream stopped delivering once it had started (its device went away;
+        # before its first block an idle capture device may take a while)
+        in_t = self._in_seen_t
+        stalled = stalled or (in_t > 0 and time.perf_counter() - in_t > stall_s
+                              and self.in_stream is not None)  # fmt: skip
+        active = all(s.active for s in self.streams)
+        if self._stream_finished or not active or stalled:
             if self.restarts < self.max_restarts and self._reopen():
                 return
             why = "the stream stopped" if not stalled else f"no audio for {stall_s:.0f} s"
@@ -849,8 +1033,9 @@ class LiveSession:
         if self.file_eof:
             if not hasattr(self, "_eof_at"):
                 self._eof_at = self.n_callbacks
-            device = min(self.device_latency_s, 2.0)  # a confused host may report seconds
-            tail = self.prefill + self.growth + (device + 0.25) * self.sr_dev
+            dev_in, dev_out, streams = self._latency_parts()
+            device = min(dev_in + dev_out + max(streams, 0.0), 2.0)  # a confused host may
+            tail = self.prefill + self.growth + (device + 0.25) * self.sr_dev  # say seconds
             return (self.n_callbacks - self._eof_at) * self.block >= tail
         return False
 
@@ -858,35 +1043,56 @@ class LiveSession:
     def elapsed(self) -> float:
         return self.n_callbacks * self.block / self.sr_dev
 
+    def _latency_parts(self) -> tuple[float, float, float]:
+        """Seconds: (input device: ADC -> input callback, output device: output callback ->
+        DAC, streams: the output epoch less the input epoch less both), medians of the
+        latest 256 callbacks of each stream. Where the host API gives no timestamps, each
+        stream's own ``latency`` (PortAudio's figure at open) and 0 for the streams."""
+
+        def med(a):
+            a = a[np.isfinite(a)]
+            return float(np.median(a)) if a.size else None
+
+        dev_in, dev_out = med(self._in_dev), med(self._out_dev)
+        if dev_in is None:
+            dev_in = float(self.in_stream.latency) if self.in_stream is not None else 0.0
+        if dev_out is None:
+            dev_out = float(self.out_stream.latency) if self.out_stream is not None else 0.0
+        e_in, e_out = med(self._in_epoch), med(self._out_epoch)
+        # output sample k carries input sample k - lead - P - growth + trimmed
+        streams = 0.0 if e_in is None or e_out is None else (
+            e_out - e_in + (self._lead - self.trimmed) / self.sr_dev - dev_in - dev_out)
+        return max(dev_in, 0.0), max(dev_out, 0.0), streams
+
     @property
     def device_latency_s(self) -> float:
-        lat = self._dev_latency[np.isfinite(self._dev_latency)]
-        lat = lat[lat > 0]
-        if lat.size:
-            return float(np.median(lat))
-        if self.stream is not None:
-            la = self.stream.latency
-            return float(sum(la) if isinstance(la, tuple | list) else la)
-        return 0.0
+        """The devices' own latency (input + output), seconds."""
+        dev_in, dev_out, _ = self._latency_parts()
+        return dev_in + dev_out
 
     @property
     def device_latency_spread_s(self) -> float:
-        """Half the 10-90 % range of the per-callback DAC - ADC estimates (seconds): how far
-        the audio server's own latency report moves from callback to callback, which bounds
-        how well ``device`` (their median) can know the true figure. 0 before any callback."""
-        lat = self._dev_latency[np.isfinite(self._dev_latency)]
-        lat = lat[lat > 0]
-        if lat.size < 2:
-            return 0.0
-        lo, hi = np.percentile(lat, [10, 90])
-        return float(hi - lo) / 2
+        """Half the 10-90 % range of the per-callback epochs (ADC / DAC time less the samples
+        before the block), the input's and the output's added (seconds): how far the audio
+        server's own timestamps move from callback to callback, which bounds how well
+        ``device`` + ``streams`` (from their medians) can know the true figure. 0 before
+        any callback."""
+
+        def half_range(a):
+            a = a[np.isfinite(a)]
+            if a.size < 2:
+                return 0.0
+            lo, hi = np.percentile(a, [10, 90])
+            return float(hi - lo) / 2
+
+        return half_range(self._in_epoch) + half_range(self._out_epoch)
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         try:
-            if self.stream is not None and not self.stream_stuck:
+            if self.streams and not self.stream_stuck:
                 self._close_stream()
         finally:
             self._stop.set()
@@ -896,6 +1102,9 @@ class LiveSession:
             if getattr(self, "_gc_frozen", False):
                 gc.unfreeze()
                 self._gc_frozen = False
+            if getattr(self, "_main_sched", None) is not None:
+                _restore_priority(self._main_sched)
+                self._main_sched = None
 
     def _close_stream(self, timeout_s: float = 3.0) -> None:
         """Abort and close the stream, waiting at most ``timeout_s``. abort, not stop: stop()
@@ -907,10 +1116,7 @@ class LiveSession:
 
         def close() -> None:
             try:
-                self.stream.abort()
-                self.stream.close()
-            except Exception:  # the device may be gone already; we still save
-                pass
+                self._abort_streams()  # the device may be gone already; we still save
             finally:
                 done.set()
 
@@ -983,10 +1189,12 @@ class LiveSession:
             return float(10 * np.log10(max(hi, 1e-12) / max(lo, 1e-12)))
 
         s_in, s_out = snr(e_in), snr(e_out)
-        dev_ms = self.device_latency_s * 1000
+        dev_in, dev_out, streams = self._latency_parts()
+        dev_ms = (dev_in + dev_out) * 1000
+        streams_ms = streams * 1000
         pipe_ms = (self.prefill + self.growth) / self.sr_dev * 1000
         alg_ms = self.proc.algorithmic_latency_samples / self.sr_model * 1000
-        buf_ms = dev_ms + pipe_ms - hop_s * 1000
+        buf_ms = dev_ms + streams_ms + pipe_ms - hop_s * 1000
         return {
             "t": round(self.elapsed, 2),
             "model": self.proc.name,
@@ -1006,10 +1214,16 @@ class LiveSession:
             "latency_ms": {
                 "algorithmic": round(alg_ms, 2),
                 "buffering": round(buf_ms, 2),
-                "device": round(dev_ms, 2),
-                # +- how far the server's per-callback latency reports spread (see
-                # device_latency_spread_s): the uncertainty of "device" and "end_to_end"
+                "device": round(dev_ms, 2),  # input + output device
+                "device_in": round(dev_in * 1000, 2),  # ADC -> input callback
+                "device_out": round(dev_out * 1000, 2),  # output callback -> DAC
+                # +- how far the server's per-callback timestamps spread (see
+                # device_latency_spread_s): the uncertainty of "device" + "streams" and
+                # so of "end_to_end"
                 "device_spread": round(self.device_latency_spread_s * 1000, 2),
+                # how far the output stream runs behind the input stream: the two streams'
+                # samples waiting in the rings besides the pipeline's (0: one duplex stream)
+                "streams": round(streams_ms, 2),
                 "pipeline": round(pipe_ms, 2),
                 # part of "pipeline": the device-rate <-> model-rate resampling (0 at the
                 # model's rate); --resample-quality trades it against the resampler's error
@@ -1040,9 +1254,16 @@ class LiveSession:
             "xrun_worker_quiet_ms": self._xrun_log(self._xrun_worker_quiet, 1000, 1),
             "callback_gap_ms_max": round(self.cb_gap_max * 1000, 1),
             "restarts": self.restarts,
+            # the output ring's backlog dropped after the output stream fell behind the input
+            # stream (_trim_backlog): how often, and how much audio in all
+            "trimmed": {"events": self.trims,
+                        "ms": round(self.trimmed / self.sr_dev * 1000, 2)},  # fmt: skip
             "startup_s": self.startup(),  # from the command's launch to enhanced audio
             "jitter_growth_ms": round(self.growth / self.sr_dev * 1000, 2),
-            "priority": {"callback": self.callback_priority, "worker": self.worker_priority},
+            "priority": {"callback": self.callback_priority,
+                         "input_callback": self.in_callback_priority,
+                         "worker": self.worker_priority, "pulse": self.pulse_priority,
+                         "session": getattr(self, "session_priority", None)},
             "hops": self.hops_done,
             "hop": self.hop,
             "samplerate": self.sr_dev,

@@ -20,6 +20,11 @@ and ``qsa.instance=TOKEN``). They are removed:
   (``pactl subscribe`` tells qsa at once, and the session stops with a clear error instead of
   following a restarted server to another output).
 
+On PulseAudio the sink is suspended from its creation until the watchdog's silent 20 ms
+playback stream is connected to it (before qsa's own stream starts), and that stream stays
+for the session: an idle null sink runs 2 s ahead, and a stream connected to it then waited
+~2 s for its first sample to be taken (``VirtualMic._hold``).
+
 The microphone qsa enhances is pinned before the devices exist: ``PULSE_SOURCE`` (when set)
 or the server's default source, which must not be a qsa virtual microphone (qsa would
 enhance its own output).
@@ -36,6 +41,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 
 from qsa.errors import AudioError, ConfigError, QsaError
@@ -55,8 +61,17 @@ PACTL_TIMEOUT_S = 5.0
 SINK_FORMAT = "s16le"
 
 # The watchdog: waits for qsa to close the pipe; unless qsa said "done" first, unloads every
-# module tagged with this instance ($1) that is still loaded.
-WATCHDOG_SH = """IFS= read -r line
+# module tagged with this instance ($1) that is still loaded. On PulseAudio it also keeps the
+# sink's clock short meanwhile ($2: the sink, $3: its rate; see VirtualMic._hold): a silent
+# playback stream (pacat playing zeros) with a 20 ms latency request, stopped before the
+# sink goes (the server would move it to the speakers).
+WATCHDOG_SH = """keep=
+if [ -n "$2" ] && command -v pacat >/dev/null; then
+  pacat --playback -d "$2" --latency-msec=20 --raw --format=s16le --rate="$3" --channels=1 \
+    --client-name=qsa-virtual-mic-clock /dev/zero & keep=$!
+fi
+IFS= read -r line
+if [ -n "$keep" ]; then kill "$keep" 2>/dev/null; wait "$keep"; fi
 [ "$line" = done ] && exit 0
 pactl list short modules 2>/dev/null | grep -F -- "qsa.instance=$1" | cut -f1 |
 while read -r i; do pactl unload-module "$i" 2>/dev/null; done
@@ -187,13 +202,25 @@ def _short_names(kind: str, env: dict | None) -> list[str]:
             if ln.count("\t") >= 1]  # fmt: skip
 
 
-def default_source(env: dict | None = None) -> str | None:
-    """The server's default source (``pactl info``; works with PulseAudio and PipeWire)."""
+def server_info(env: dict | None = None) -> dict[str, str]:
+    """``pactl info`` as a dict ("Server Name", "Default Source", ...)."""
+    out = {}
     for line in pactl("info", env=env).splitlines():
-        if line.startswith("Default Source:"):
-            name = line.split(":", 1)[1].strip()
-            return name or None
-    return None
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def default_source(env: dict | None = None, info: dict | None = None) -> str | None:
+    """The server's default source (``pactl info``; works with PulseAudio and PipeWire)."""
+    info = server_info(env) if info is None else info
+    return info.get("Default Source") or None
+
+
+def is_pipewire(info: dict) -> bool:
+    """The server is pipewire-pulse ("PulseAudio (on PipeWire 1.0.5)"), not PulseAudio."""
+    return "pipewire" in info.get("Server Name", "").lower()
 
 
 def describe_virtual_mics(env: dict | None = None) -> str:
@@ -285,6 +312,9 @@ class VirtualMic:
         self.removed_stale: list[str] = []
         self._watchdog: subprocess.Popen | None = None
         self._subscribe: subprocess.Popen | None = None
+        self._server: dict[str, str] | None = None  # pactl info, once
+        self.held = False  # the sink is suspended until its clock stream runs (_hold)
+        self._sink_index: str | None = None
         self._closed = False
 
     # -- creation --------------------------------------------------------------------------
@@ -303,6 +333,7 @@ class VirtualMic:
                     f"sink_properties=\"device.description='{self.description} (qsa writes "
                     f"here)' {tag}\"",
                 ))  # fmt: skip
+                self._hold()
                 self._start_watchdog()  # from here on, any death of qsa removes the modules
                 self.modules.append(self._load(
                     "module-remap-source", f"source_name={self.name}",
@@ -315,6 +346,60 @@ class VirtualMic:
                 self.close()
                 raise
         return self
+
+    def _info(self) -> dict[str, str]:
+        if self._server is None:
+            self._server = server_info(self.env)
+        return self._server
+
+    # -- the sink's clock ------------------------------------------------------------------
+    # PulseAudio's module-null-sink takes audio from its streams as far ahead as the lowest
+    # latency any of them (or a recorder of its monitor) asks for, and with no such request
+    # 2 s ahead (its maximum): a new sink takes a 2 s block of silence at once, and a stream
+    # connected later waits until that block has run out before its first sample is taken.
+    # That was issue 29's slow start: the first enhanced sample ~2 s after the sink was
+    # created, whatever the model, with PortAudio's duplex stream spinning a core meanwhile
+    # (capture ready, playback not). The same 2 s stall follows every reconnection of the
+    # ALSA plugin's stream (it reconnects after an xrun) while nobody records the virtual
+    # microphone. So the sink is suspended as soon as it exists (a resume restarts its
+    # clock), the watchdog starts a silent 20 ms playback stream on it for the session (its
+    # requests never lapse), and the sink is resumed once that stream is connected
+    # (``release``, before qsa's own stream starts).
+    # pipewire-pulse's null sink runs on the graph's clock: nothing of this is done there.
+    def _hold(self) -> None:
+        """Suspend the new sink (PulseAudio only) until :meth:`release`."""
+        if is_pipewire(self._info()):
+            return
+        with contextlib.suppress(AudioError):  # refused: a slower start, nothing worse
+            pactl("suspend-sink", self.sink, "1", env=self.env)
+            self.held = True
+
+    def release(self, wait_s: float = 1.0) -> None:
+        """Resume the sink held since its creation, once the watchdog's clock stream is
+        connected to it (waiting at most ``wait_s``): the sink's clock then restarts on that
+        stream's 20 ms and a stream qsa connects later has its first sample taken at once.
+        Call it before the audio stream starts (a stream started on a suspended sink can
+        fail: PortAudio asks its delay, which the ALSA plugin cannot tell yet). Idempotent;
+        an :class:`AudioError` when the server refuses (the microphone would stay silent)."""
+        if not self.held or self._closed:
+            return
+        end = time.monotonic() + wait_s
+        while not self._clock_connected() and time.monotonic() < end:
+            time.sleep(0.01)
+        pactl("suspend-sink", self.sink, "0", env=self.env)
+        self.held = False
+
+    def _clock_connected(self) -> bool:
+        """A stream plays into the sink (the watchdog's pacat: nothing else knows it yet)."""
+        if self._sink_index is None:
+            sinks = {f[1]: f[0] for f in (ln.split("\t") for ln in
+                     pactl("list", "short", "sinks", env=self.env).splitlines()) if len(f) > 1}
+            self._sink_index = sinks.get(self.sink)
+        idx = self._sink_index
+        return idx is not None and any(
+            ln.split("\t")[1:2] == [idx]
+            for ln in pactl("list", "short", "sink-inputs", env=self.env).splitlines()
+        )
 
     def _load(self, module: str, *args: str) -> int:
         out = pactl("load-module", module, *args, env=self.env).strip()
@@ -344,7 +429,7 @@ class VirtualMic:
     def _pick_microphone(self) -> str | None:
         """The source to enhance, fixed now: once the virtual source exists the server may
         make it the default (PulseAudio does when it is the only non-monitor source)."""
-        mic = self.env.get("PULSE_SOURCE") or default_source(self.env)
+        mic = self.env.get("PULSE_SOURCE") or default_source(info=self._info())
         if self.file_mode:
             return mic
         if mic is None:  # the virtual source would become the default: qsa would hear itself
@@ -373,8 +458,9 @@ class VirtualMic:
             )
 
     def _start_watchdog(self) -> None:
+        clock = [self.sink, str(self.rate)] if self.held else []  # PulseAudio: keep-alive
         self._watchdog = subprocess.Popen(
-            ["sh", "-c", WATCHDOG_SH, "qsa-virtual-mic-watchdog", self.instance],
+            ["sh", "-c", WATCHDOG_SH, "qsa-virtual-mic-watchdog", self.instance, *clock],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             env=self.env, start_new_session=True,  # a Ctrl-C on the terminal spares it
         )  # fmt: skip
@@ -391,7 +477,9 @@ class VirtualMic:
 
     def watch(self, on_lost: Callable[[str], None]) -> None:
         """Call ``on_lost(reason)`` (from a thread) if the sink or the source is removed or
-        the audio server goes away while qsa runs."""
+        the audio server goes away while qsa runs. The app calls it once its session is
+        open, just before the stream starts: it also resumes the sink held since its
+        creation (:meth:`release`)."""
         p = subprocess.Popen(["pactl", "subscribe"], stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, env=self.env, text=True)  # fmt: skip
         self._subscribe = p
@@ -414,6 +502,7 @@ class VirtualMic:
                         "server (pactl unload-module or a server restart)")  # fmt: skip
 
         threading.Thread(target=follow, name="qsa-virtual-mic-watch", daemon=True).start()
+        self.release()
 
     def _device_indices(self) -> set[tuple[str, int]]:
         out = set()
@@ -435,6 +524,18 @@ class VirtualMic:
             self._subscribe.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._subscribe.wait(timeout=2)
+        if self._watchdog is not None:  # first: it stops the sink's clock stream (pacat)
+            with contextlib.suppress(OSError, ValueError):
+                self._watchdog.stdin.write(b"done\n")
+                self._watchdog.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._watchdog.wait(timeout=2)
+            # the server drops the dead pacat's stream on its own time: unloading the sink
+            # before that would move the stream to another sink
+            end = time.monotonic() + 1.0
+            with contextlib.suppress(QsaError):
+                while self._clock_connected() and time.monotonic() < end:
+                    time.sleep(0.01)
         try:
             mine = [m.index for m in qsa_modules(self.env) if m.instance == self.instance]
             # the source first: unloading the sink would take its source along anyway
@@ -442,14 +543,8 @@ class VirtualMic:
                 with contextlib.suppress(AudioError):
                     pactl("unload-module", str(index), env=self.env)
         except QsaError:
-            pass  # no server: nothing of ours is left on it
-        finally:
-            if self._watchdog is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    self._watchdog.stdin.write(b"done\n")
-                    self._watchdog.stdin.close()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self._watchdog.wait(timeout=2)
+            pass  # no server: nothing of ours is left on it (if qsa dies here, the next
+            # start removes what is left: their owner is gone)
 
     def __enter__(self) -> VirtualMic:
         return self.create() if not self.modules else self

@@ -24,7 +24,7 @@ def int_or_str(text: str):
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "live",
-        help="enhance the microphone live (duplex audio stream, terminal view)",
+        help="enhance the microphone live (input and output audio streams, terminal view)",
         description=(
             "Enhance the microphone (or --input-file played as one) in real time and play the "
             "result; b toggles bypass, up/down arrows change --atten-lim in 3 dB steps, q, "
