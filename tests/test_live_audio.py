@@ -163,6 +163,17 @@ def qsa_live(env, *args, timeout=90):
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def portaudio_on(pulse, monkeypatch) -> None:
+    """Point this process's PortAudio at the private server: its ALSA ``pulse`` device reads
+    the environment when PortAudio (re)initialises and enumerates the devices."""
+    import sounddevice as sd
+
+    for k in ("PULSE_SERVER", "XDG_RUNTIME_DIR", "HOME"):
+        monkeypatch.setenv(k, pulse.env[k])
+    sd._terminate()
+    sd._initialize()
+
+
 def json_lines(stdout: str) -> list[dict]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
@@ -673,10 +684,7 @@ def test_callback_allocates_nothing_and_pipeline_is_exact(pulse, enhancer, monke
 
     from qsa.apps.live import LiveOptions, LiveSession
 
-    for k in ("PULSE_SERVER", "XDG_RUNTIME_DIR", "HOME"):
-        monkeypatch.setenv(k, pulse.env[k])
-    sd._terminate()
-    sd._initialize()  # PortAudio enumerates the devices of this server
+    portaudio_on(pulse, monkeypatch)
     blk = 3200  # large blocks (200 ms): any per-call buffer would show in the peak
     opts = LiveOptions(
         input_device="pulse", output_device="pulse", channels=2, block_ms=blk / SR * 1000,
@@ -813,10 +821,7 @@ def test_startup_shortfalls_are_not_underruns(pulse, enhancer, monkeypatch):
 
     from qsa.apps.live import LiveOptions, LiveSession
 
-    for k in ("PULSE_SERVER", "XDG_RUNTIME_DIR", "HOME"):
-        monkeypatch.setenv(k, pulse.env[k])
-    sd._terminate()
-    sd._initialize()
+    portaudio_on(pulse, monkeypatch)
     blk = 160
     opts = LiveOptions(input_device="pulse", output_device="pulse", channels=1, samplerate=SR)
     session = LiveSession(enhancer.proc, opts).open()
@@ -870,10 +875,7 @@ def test_output_before_input_is_the_streams_offset(pulse, enhancer, monkeypatch)
 
     from qsa.apps.live import LiveOptions, LiveSession
 
-    for k in ("PULSE_SERVER", "XDG_RUNTIME_DIR", "HOME"):
-        monkeypatch.setenv(k, pulse.env[k])
-    sd._terminate()
-    sd._initialize()
+    portaudio_on(pulse, monkeypatch)
     blk = 160
     opts = LiveOptions(input_device="pulse", output_device="pulse", channels=1, samplerate=SR)
     session = LiveSession(enhancer.proc, opts).open()
@@ -938,10 +940,7 @@ def test_output_stall_backlog_is_trimmed(pulse, enhancer, monkeypatch):
 
     from qsa.apps.live import LiveOptions, LiveSession
 
-    for k in ("PULSE_SERVER", "XDG_RUNTIME_DIR", "HOME"):
-        monkeypatch.setenv(k, pulse.env[k])
-    sd._terminate()
-    sd._initialize()
+    portaudio_on(pulse, monkeypatch)
     blk, dev_out = 160, 0.03  # the output device buffers 3 blocks
     opts = LiveOptions(input_device="pulse", output_device="pulse", channels=1, samplerate=SR)
     session = LiveSession(enhancer.proc, opts).open()
@@ -1019,8 +1018,6 @@ def test_nonfinite_samples_never_reach_the_device(pulse, monkeypatch, tmp_path):
     """NaN/Inf from a broken capture (or a model that produced them) are zeros before the
     model and before the output ring, counted in the statistics; the recording holds the
     zeros too (issue 32: 6,144 NaN samples were played and recorded)."""
-    import sounddevice as sd
-
     from qsa.apps.live import LiveOptions, LiveSession
     from qsa.apps.live.processors import PassThrough
 
@@ -1034,10 +1031,7 @@ def test_nonfinite_samples_never_reach_the_device(pulse, monkeypatch, tmp_path):
             if self.k % 3 == 0:
                 out_hop[::7] = np.nan
 
-    for k in ("PULSE_SERVER", "XDG_RUNTIME_DIR", "HOME"):
-        monkeypatch.setenv(k, pulse.env[k])
-    sd._terminate()
-    sd._initialize()
+    portaudio_on(pulse, monkeypatch)
     rec = tmp_path / "rec.wav"
     opts = LiveOptions(input_device="pulse", output_device="pulse", channels=1, samplerate=SR,
                        record=str(rec))
