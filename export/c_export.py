@@ -66,10 +66,11 @@ BATCH_MATMUL, a DEPTHWISE_CONV_2D), qsa_softmax 23K, the rest of the float DSP ~
 constant fused into the exact blocked kernels as an epilogue (its own rounding kept) was tried
 and measured no cheaper.
 
-Fast build (``arith="fast"``), after three rounds of issue-31 tuning (12-07): 895,704 instructions
-per hop on the M4 (M7 895,502), flash 65,316 B (M7 65,264 B), RAM 40,428 B (31,336 + 9,092 stack),
-its Cortex-M output equal to its host build; after round 2 1,005,550 (M7 1,011,042), 64,824 B,
-40,060 B. Measured with ``qsa export qcgan-35k --target c --c-arith fast`` (the report's
+Fast build (``arith="fast"``), after four rounds of issue-31 tuning (12-07): 855,054 instructions
+per hop on the M4 (M7 858,821), flash 64,992 B (M7 64,984 B), RAM 42,868 B (33,808 + 9,060 stack),
+its Cortex-M output equal to its host build; after round 3 895,704 (M7 895,502), 65,316 B,
+40,428 B; after round 2 1,005,550 (M7 1,011,042), 64,824 B, 40,060 B. Measured with ``qsa
+export qcgan-35k --target c --c-arith fast`` (the report's
 ``c.mcu``); the network integers are those of the build before any round (1,155,191 / 1,166,108 per
 hop, flash 63,632 B), so against TFLite-Micro on the verification utterance the mask output is
 within 40 int8 steps (mean 3.5), the other output within 3 (mean 0.4), the state within 18 (means
@@ -92,11 +93,19 @@ integers, PCM bit-identical): ``qsa_blk4a``'s rows by LDM (-29.6K), ``qsa_gather
 per row and the 8-byte de-interleave (-21.7K), ``qsa_fcx``'s depth-4 rows (-14.5K, -460 B),
 ``qsa_xhamn`` (-11.7K), ``qsa_dwconvs`` (-8.7K; its folded bias filled at init, 368 B of RAM
 instead of flash), ``qsa_softmax`` (-6.9K), ``qsa_lnorm`` (-5.4K), ``qsa_reduce`` (-4.9K),
-``qsa_blk4n`` (-3.6K), ``qsa_bmm2`` (-2.8K). The exact build's instructions (1,566,795 per hop) and
-its 65,480 B are unchanged (the same ELF text, the same qsa_net.c). That is still 1.33x a 50 % load
-of a 168 MHz M4 (672,000 per hop; 67 % of the core). Round 2, per function (M4, one hop, QEMU ``-d
-exec,nochain`` counts, before the qsa_bmm2 step): qsa_blk4a 315K + qsa_blk4n 38K (the MAC loops
-~200K at 13 / 15 instructions per 16 MACs, per block of four outputs ~56 of requantisation and
+``qsa_blk4n`` (-3.6K), ``qsa_bmm2`` (-2.8K). Round 4 (-40.7K, the same integers, PCM
+bit-identical): ``qsa_dwconvs`` per output pixel in assembly with its filter's halfword pairs
+filled into RAM at init (-16.5K, 2,472 B of RAM), the fast DSP's roundings by VCVTR + SSAT and
+the network input's constant row once per hop (-11.4K, -512 B of flash), ``qsa_addprelu`` /
+``qsa_preluf`` columns in assembly (-5.6K / -3.1K), ``qsa_bmm2`` by ``qsa_rqa``, ``qsa_logf``'s bits
+through VMOV, ``qsa_lnorm``'s constants in registers, ``qsa_softmax``'s CLZ (-5.1K together). The
+exact build on the M4: 1,566,795 per hop, 65,480 B, the same ELF text as before; on the M7 its
+``qsa_dwconvs`` (the shared tap gathering ``qsa_dw_taps`` / ``qsa_dw4``) is 24 B smaller: 1,579,474
+per hop (was 1,582,598), 65,580 B, its output equal to the host build. That is still 1.27x a 50 %
+load of a 168 MHz M4 (672,000 per hop; 64 % of the core). Round 2, per function (M4, one hop,
+QEMU ``-d exec,nochain`` counts, before the qsa_bmm2 step): qsa_blk4a 315K + qsa_blk4n 38K (the
+MAC loops ~200K at 13 / 15 instructions per 16 MACs, per block of four outputs ~56 of
+requantisation and
 bookkeeping, per unit ~35 of setup), qsa_bmm2 77K, qsa_dwconvs 72K, qsa_xham 53K, qsa_gather4 52K,
 qsa_lnorm 49K, qsa_bmm_hamt 40K, the float DSP ~99K, qsa_addprelu_col 33K, qsa_addg_run 31K,
 qsa_reduce 22K, qsa_softmax 21K, qsa_preluf_col 19K, qsa_mulf 17K, memcpy 16K (after round 3: see
@@ -1097,14 +1106,16 @@ class _Gen:
                 if (self.lean and oc % 4 == 0 and oc <= 128 and ic == oc
                         and int((np.abs(wd).sum(0) * 128 + np.abs(kb)).max()) < _ACC_BOUND):
                     # zero-point padding: the input offset over all taps folds into the bias
-                    if self.fast:  # the fast kernel takes the folded bias, computed at init
-                        fp, bp = self.ptr(op.inputs[1]), b
+                    fw = self.ptr(op.inputs[1])
+                    if self.fast:  # the fast kernel: the folded bias and the filter's
+                        fp, bp = fw, b  # halfword pairs, computed at init (RAM)
+                        fw = self._ram_array(("dwfx", fp, p), "fx", "uint32_t", kh * kw * oc // 2,
+                                             lambda n_: f"/* {n_}: by qsa_dwconvs_init */")
                         b = self._ram_array(("dwkb", fp, bp, p), "kb", "int32_t", oc,
-                                            lambda n_: f"qsa_dwconvs_bias({n_}, {fp}, {bp}, "
-                                                       f"&{p});")
+                                            lambda n_: f"qsa_dwconvs_init({n_}, {fw}, {fp}, "
+                                                       f"{bp}, &{p});")
                     self.body.append(f"  qsa_dwconvs({self.ptr(op.outputs[0])}, "
-                                     f"{self.ptr(op.inputs[0])}, {self.ptr(op.inputs[1])}, {b}, "
-                                     f"{mm}, {ss}, &{p});")
+                                     f"{self.ptr(op.inputs[0])}, {fw}, {b}, {mm}, {ss}, &{p});")
                     return
                 self.body.append(f"  qsa_dwconvf({self.ptr(op.outputs[0])}, "
                                  f"{self.ptr(op.inputs[0])}, {self.ptr(op.inputs[1])}, {b}, "
@@ -1700,7 +1711,13 @@ def generate_dsp(step, net: CNetwork, out_dir: str | os.PathLike) -> list[Path]:
     # the fast build: the real FFT (and its inverse) as one complex FFT of n / 2 points, its
     # first stage without multiplies, and a split pass (about half the DSP's instructions);
     # the exact build keeps the full-size complex FFT (its PCM and flash unchanged)
-    half = net.info.get("arith") == "fast" and hop % 2 == 0 and n >= 8
+    fast = net.info.get("arith") == "fast"
+    half = fast and hop % 2 == 0 and n >= 8
+    q_c = ["static int8_t qsa_q(float v, float scale, int zp) {",  # the network input's int8
+           "  float r = v / scale;",
+           "  r = qsa_rint(r < -1000.f ? -1000.f : (r > 1000.f ? 1000.f : r)) + (float)zp;",
+           "  return (int8_t)(r < -128.f ? -128 : (r > 127.f ? 127 : (int)r));",
+           "}"]
     nfft = n // 2 if half else n
     h = [
         "/* qsa_enhancer.h: generated by `qsa export --target c` (qsa.export.c_export).",
@@ -1796,13 +1813,21 @@ def generate_dsp(step, net: CNetwork, out_dir: str | os.PathLike) -> list[Path]:
         "/* log / exp in plain float32 arithmetic (no libm): the same bits on every IEEE",
         " * target, so the host and the Cortex-M builds give equal PCM (rel. error ~1e-7) */",
         "static float qsa_logf(float x) {",
-        "  union { float f; uint32_t u; } v;",
-        "  float m, s, s2, p;",
-        "  int e;",
-        "  v.f = x;",
-        "  e = (int)((v.u >> 23) & 0xFF) - 127;",
-        "  v.u = (v.u & 0x007FFFFFu) | 0x3F800000u; /* m in [1, 2) */",
-        "  m = v.f;",
+        *([  # the fast build: the bits through registers (VMOV), not the stack (a union)
+            "  uint32_t u;",
+            "  float m, s, s2, p;",
+            "  int e;",
+            "  memcpy(&u, &x, sizeof u);",
+            "  e = (int)((u >> 23) & 0xFF) - 127;",
+            "  u = (u & 0x007FFFFFu) | 0x3F800000u; /* m in [1, 2) */",
+            "  memcpy(&m, &u, sizeof m);"] if fast else
+          ["  union { float f; uint32_t u; } v;",
+           "  float m, s, s2, p;",
+           "  int e;",
+           "  v.f = x;",
+           "  e = (int)((v.u >> 23) & 0xFF) - 127;",
+           "  v.u = (v.u & 0x007FFFFFu) | 0x3F800000u; /* m in [1, 2) */",
+           "  m = v.f;"]),
         "  if (m > 1.41421356f) { m *= 0.5f; ++e; }",
         "  s = (m - 1.0f) / (m + 1.0f);",
         "  s2 = s * s;",
@@ -1829,11 +1854,31 @@ def generate_dsp(step, net: CNetwork, out_dir: str | os.PathLike) -> list[Path]:
         "  return (v + big) - big;",
         "}",
         "",
-        "static int8_t qsa_q(float v, float scale, int zp) {",
-        "  float r = v / scale;",
-        "  r = qsa_rint(r < -1000.f ? -1000.f : (r > 1000.f ? 1000.f : r)) + (float)zp;",
-        "  return (int8_t)(r < -128.f ? -128 : (r > 127.f ? 127 : (int)r));",
-        "}",
+        *([  # the fast build on an Arm FPU: the rounding in one VCVTR (the same integers)
+            "#if defined(__GNUC__) && defined(__ARM_FP) && (__ARM_FP & 4) && __ARM_FEATURE_SAT",
+            "#include <arm_acle.h>",
+            "/* v rounded to the nearest int32, ties to even (FPSCR's default mode, as qsa_rint),",
+            " * saturated to the int32 range; then SSATs: for finite v the integers of the",
+            " * clamp-round-clamp below (a value past the float clamp saturates either way) */",
+            "static inline int32_t qsa_rinti(float v) {",
+            "  float t;",
+            "  int32_t k;",
+            '  __asm__("vcvtr.s32.f32 %0, %1" : "=t"(t) : "t"(v));',
+            "  memcpy(&k, &t, sizeof k);",
+            "  return k;",
+            "}",
+            "#define QSA_PCM16(o) ((int16_t)__ssat(qsa_rinti(o), 16))",
+            "static int8_t qsa_q(float v, float scale, int zp) {",
+            "  return (int8_t)__ssat(__ssat(qsa_rinti(v / scale), 16) + zp, 8);",
+            "}",
+            "#else",
+            "#define QSA_PCM16(o) qsa_pcm16(o)",
+            "static int16_t qsa_pcm16(float o) {",
+            "  o = qsa_rint(o < -40000.f ? -40000.f : (o > 40000.f ? 40000.f : o));",
+            "  return (int16_t)(o < -32768.f ? -32768 : (o > 32767.f ? 32767 : (int)o));",
+            "}",
+            *q_c,
+            "#endif"] if fast else q_c),
         "",
         "void qsa_init(qsa_state *s) {",
         "  qsa_dsp_tables();",
@@ -1898,11 +1943,13 @@ def generate_dsp(step, net: CNetwork, out_dir: str | os.PathLike) -> list[Path]:
            "    s->in_buf[N - 2 * HOP + i] = (float)in[i] * (1.0f / 32768.0f);",
            "  memset(im, 0, sizeof im);",
            "  qsa_fft(re, im);"]),
+        *(["  x[0] = qsa_q(0.0f, QSA_NET_IN_SCALE, QSA_NET_IN_ZP); /* the first row: all that */",
+           "  memset(x + 1, x[0], NF - 1);"] if fast else []),
         "  for (i = 0; i < NF; ++i) {",
         "    float mag = sqrtf(re[i] * re[i] + im[i] * im[i] + EPS);",
         "    float mc = qsa_expf(COMP * qsa_logf(mag));",
         "    magc[i] = mc; cs[i] = re[i] / mag; sn[i] = im[i] / mag;",
-        "    x[i] = qsa_q(0.0f, QSA_NET_IN_SCALE, QSA_NET_IN_ZP);",
+        *([] if fast else ["    x[i] = qsa_q(0.0f, QSA_NET_IN_SCALE, QSA_NET_IN_ZP);"]),
         "    x[NF + i] = qsa_q(mc, QSA_NET_IN_SCALE, QSA_NET_IN_ZP);",
         "    x[2 * NF + i] = qsa_q(mc * cs[i], QSA_NET_IN_SCALE, QSA_NET_IN_ZP);",
         "    x[3 * NF + i] = qsa_q(mc * sn[i], QSA_NET_IN_SCALE, QSA_NET_IN_ZP);",
@@ -1953,8 +2000,9 @@ def generate_dsp(step, net: CNetwork, out_dir: str | os.PathLike) -> list[Path]:
         "    if (i < N - HOP) v += s->ola[i];",
         "    if (i < HOP) {",
         "      float o = (g != 0.0f ? (1.0f - g) * v + g * dry[i] : v) * 32768.0f;",
-        "      o = qsa_rint(o < -40000.f ? -40000.f : (o > 40000.f ? 40000.f : o));",
-        "      out[i] = (int16_t)(o < -32768.f ? -32768 : (o > 32767.f ? 32767 : (int)o));",
+        *(["      out[i] = QSA_PCM16(o);"] if fast else
+          ["      o = qsa_rint(o < -40000.f ? -40000.f : (o > 40000.f ? 40000.f : o));",
+           "      out[i] = (int16_t)(o < -32768.f ? -32768 : (o > 32767.f ? 32767 : (int)o));"]),
         "    } else {",
         "      s->ola[i - HOP] = v;",
         "    }",

@@ -82,8 +82,15 @@ takes the variance from per-component sums (sum (N x - S)^2 = N^2 sum x^2 - N S^
 requantises x (N r) - S r, no buffer; ``qsa_reduce`` sums over dim 2 straight from x;
 ``qsa_softmax`` rounds its divisions as adds and shifts (every value >= 0) and its
 doubling-high-multiply as one SMMLAR; ``qsa_dwconvs`` takes its folded bias from
-``qsa_dwconvs_bias`` at init (RAM, not flash) and requantises in a pass of its own. Without
-``QSA_ARITH_FAST`` none of it is compiled.
+``qsa_dwconvs_bias`` at init (RAM, not flash) and requantises in a pass of its own. Round 4
+(12-07, the same integers): ``qsa_dwconvs`` takes the folded bias and the filter as halfword
+pairs per four channels and tap from ``qsa_dwconvs_init`` (RAM), one assembly loop per output
+pixel (``qsa_dwpix``: 11 instructions per tap and four channels, the requantisation inside);
+``qsa_addprelu`` / ``qsa_preluf`` run their columns in assembly (``qsa_addprelu_cola``,
+``qsa_preluf_cola``); ``qsa_bmm2`` requantises as ``qsa_rqa``; ``qsa_softmax`` counts leading
+zeros with CLZ. Both builds share ``qsa_dw_taps`` (an output pixel's tap rows) and the exact
+build's ``qsa_dwconvs`` its four-channel dot product ``qsa_dw4``. Without ``QSA_ARITH_FAST``
+none of the fast kernels is compiled.
 """
 
 QSA_NN_H = r"""/* qsa_nn.h: int8 kernels of a `qsa export --target c` network (generated; see
@@ -704,7 +711,11 @@ static void qsa_softmax(int8_t *restrict out, const int8_t *x, int32_t outer, in
     for (c = 0; c < depth; ++c) mx = QSA_MAX(mx, x[c]);
     for (c = 0; c < depth; ++c)
       if (x[c] - mx >= diff_min) sum += ((uint32_t)e[mx - x[c]] + 2048u) >> 12;
+#if defined(__GNUC__)
+    hp1 = sum ? __builtin_clz(sum) : 32; /* CLZ (qsa_clz32 loops over the bits) */
+#else
     hp1 = qsa_clz32(sum);
+#endif
     scale = qsa_one_over_one_plus_x((int32_t)((sum << hp1) - (1u << 31)));
     expo = (12 - hp1) + 31 - 8;
     half = 1u << (expo - 1);
@@ -1087,6 +1098,46 @@ static void qsa_preluf_col(int8_t *restrict out, const int8_t *x, int32_t n, int
                     : qsa_rqs(v * al, p->m2, p->l2, p->e2, p->c2, p->k2);
   }
 }
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+/* a column of qsa_preluf_col on the DSP extension in assembly (GCC: 15 / 21 instructions a
+ * value for v >= 0 / < 0, constants spilled), 11 / 17: v = in_off + x sets the flags, the
+ * branch's qsa_rqs (k1 drops out for v >= 0; the negative branch's constants loaded there),
+ * the output addressed from x's pointer. 12-07 round 4. The same integers. */
+typedef struct {
+  int32_t io, m1, l1, e1, c1;     /* 0: v >= 0: qsa_rqs(v, m1, l1, e1, c1, k1) */
+  int32_t m2, l2, e2, c2, k2, al; /* 20: v < 0: qsa_rqs(v al, m2, l2, e2, c2, k2) */
+  int32_t dout, st, n;            /* 44: out - x (bytes), the stride, n > 0 values */
+  const int8_t *x;                /* 56 */
+} qsa_plc;
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void qsa_preluf_cola(const qsa_plc *s) {
+  uint32_t io, m1, l1, e1, c1, dout, st, n, pp, v, t, r;
+  __asm volatile(
+      "ldrd %[io], %[m1], [%[s]]\n\tldrd %[l1], %[e1], [%[s], #8]\n\t"
+      "ldr %[c1], [%[s], #16]\n\tldrd %[dout], %[st], [%[s], #44]\n\t"
+      "ldrd %[n], %[pp], [%[s], #52]\n"
+      "1:\n\t"
+      "ldrsb %[v], [%[pp]]\n\tadds %[v], %[v], %[io]\n\tbmi 3f\n\t"
+      "lsl %[t], %[v], %[l1]\n\tsmmlar %[r], %[t], %[m1], %[c1]\n\t"
+      "asr %[r], %[r], %[e1]\n\tssat %[r], #8, %[r]\n\tstrb %[r], [%[pp], %[dout]]\n\t"
+      "add %[pp], %[pp], %[st]\n\tsubs %[n], %[n], #1\n\tbne 1b\n\tb 4f\n"
+      "3:\n\t"
+      "ldr %[t], [%[s], #40]\n\tmul %[v], %[v], %[t]\n\tldr %[t], [%[s], #36]\n\t"
+      "and %[t], %[t], %[v], asr #31\n\tldr %[r], [%[s], #32]\n\tadd %[t], %[t], %[r]\n\t"
+      "ldr %[r], [%[s], #24]\n\tlsl %[v], %[v], %[r]\n\tldr %[r], [%[s], #20]\n\t"
+      "smmlar %[r], %[v], %[r], %[t]\n\tldr %[t], [%[s], #28]\n\tasr %[r], %[r], %[t]\n\t"
+      "ssat %[r], #8, %[r]\n\tstrb %[r], [%[pp], %[dout]]\n\t"
+      "add %[pp], %[pp], %[st]\n\tsubs %[n], %[n], #1\n\tbne 1b\n"
+      "4:\n\t"
+      : [io] "=&r"(io), [m1] "=&r"(m1), [l1] "=&r"(l1), [e1] "=&r"(e1), [c1] "=&r"(c1),
+        [dout] "=&r"(dout), [st] "=&r"(st), [n] "=&r"(n), [pp] "=&r"(pp), [v] "=&r"(v),
+        [t] "=&r"(t), [r] "=&r"(r)
+      : [s] "r"(s)
+      : "cc", "memory");
+}
+#endif
 #endif
 
 /* PRELU with qsa_rqs on both branches (same integers as qsa_prelu); the fast build runs
@@ -1101,8 +1152,31 @@ static void qsa_preluf(int8_t *restrict out, const int8_t *x, const int8_t *alph
   if (bc->n[0] == 1 && bc->n[1] == 1 && bc->sb[2] == 0 && sa3 == 1 && bc->sa[2] == n3)
 #endif
   {
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+    qsa_plc s;
+    s.io = io;
+    s.m1 = p->m1;
+    s.l1 = p->l1;
+    s.e1 = p->e1;
+    s.c1 = p->c1;
+    s.m2 = p->m2;
+    s.l2 = p->l2;
+    s.e2 = p->e2;
+    s.c2 = p->c2;
+    s.k2 = p->k2;
+    s.st = n3;
+    s.n = bc->n[2];
+    if (s.n > 0)
+      for (d = 0; d < n3; ++d) { /* x contiguous, alpha per column */
+        s.al = ao + alpha[d * sb3];
+        s.x = x + d;
+        s.dout = (int32_t)((uintptr_t)(out + d) - (uintptr_t)(x + d));
+        qsa_preluf_cola(&s);
+      }
+#else
     for (d = 0; d < n3; ++d) /* x contiguous, alpha per column */
       qsa_preluf_col(out + d, x + d, bc->n[2], n3, ao + alpha[d * sb3], p);
+#endif
     return;
   }
 #endif
@@ -1286,34 +1360,145 @@ static void qsa_convc(int8_t *restrict out, const int8_t *x, const int8_t *f, co
  * input offset folds into the bias (bias + in_off sum over all taps, once a call); four channels
  * per pass, one word of input and of filter per tap (SMLABB / SMLATT on the DSP extension).
  * Same integers as qsa_dwconv. */
+/* the taps of output pixel (n, oy, ox), KH x KW of them: each its input row, or zrow (a row of
+ * the input zero point) where it falls in the padding; returns their number */
+static inline int32_t qsa_dw_taps(const int8_t **tx, const int8_t *x, const uint32_t *zrow,
+                                  const qsa_conv_p *p, int32_t n, int32_t oy, int32_t ox,
+                                  int32_t KH, int32_t KW, int32_t IH, int32_t IW, int32_t C) {
+  int32_t ky, kx, T = 0;
+  for (ky = 0; ky < KH; ++ky) {
+    const int32_t iy = oy * p->stride_h - p->pad_h + ky * p->dil_h;
+    for (kx = 0; kx < KW; ++kx) {
+      const int32_t ix = ox * p->stride_w - p->pad_w + kx * p->dil_w;
+      tx[T++] = iy < 0 || iy >= IH || ix < 0 || ix >= IW
+                    ? (const int8_t *)zrow : x + ((n * IH + iy) * IW + ix) * C;
+    }
+  }
+  return T;
+}
+/* channels c .. c + 3 over the T taps: *ak += sum_t tx[t][c + k] pf[t C + k] */
+static inline void qsa_dw4(int32_t *a0p, int32_t *a1p, int32_t *a2p, int32_t *a3p,
+                           const int8_t *const *tx, const int8_t *pf, int32_t T, int32_t C,
+                           int32_t c) {
+  int32_t t, a0 = *a0p, a1 = *a1p, a2 = *a2p, a3 = *a3p;
+  for (t = 0; t < T; ++t, pf += C) {
+    const int8_t *px = tx[t] + c; /* zrow + c: still the zero point */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+    uint32_t xv, fv, x02, f02, x13, f13;
+    memcpy(&xv, px, 4);
+    memcpy(&fv, pf, 4);
+    x02 = __sxtb16(xv);
+    f02 = __sxtb16(fv);
+    x13 = qsa_sxtb16_ror8(xv);
+    f13 = qsa_sxtb16_ror8(fv);
+    a0 = __smlabb(x02, f02, a0);
+    a2 = __smlatt(x02, f02, a2);
+    a1 = __smlabb(x13, f13, a1);
+    a3 = __smlatt(x13, f13, a3);
+#else
+    a0 += px[0] * pf[0];
+    a1 += px[1] * pf[1];
+    a2 += px[2] * pf[2];
+    a3 += px[3] * pf[3];
+#endif
+  }
+  *a0p = a0;
+  *a1p = a1;
+  *a2p = a2;
+  *a3p = a3;
+}
 #ifdef QSA_ARITH_FAST
 /* the fast build's qsa_dwconvs: bias is the folded bias (bias + in_off sum over the taps,
- * the zero-point padding as above; qsa_dwconvs_bias at init); per output pixel the
- * accumulators of all channels first (four channels a pass, as above), then one
- * requantisation pass over the channels with each channel's constants computed once per
- * call (in the channel loop GCC spilled the four requantisations' constants to the stack).
- * Same integers as qsa_dwconvs. */
+ * the zero-point padding as above) and the filter its halfword pairs per four channels and tap
+ * (both filled at init into RAM by qsa_dwconvs_init); each channel's requantisation constants
+ * once per call. Per output pixel, on the DSP extension, one assembly loop (qsa_dwpix): per
+ * four channels the biases (2 LDRD), per tap 11 instructions (the tap's row, its word, the
+ * filter pairs as one LDRD, 2 SXTB16, 4 SMLAxy), then the four requantisations as qsa_rqa
+ * (12-07 round 4; were 14 per tap, the accumulators stored and requantised in a second pass
+ * with 13 a value). Same integers as qsa_dwconvs. */
 typedef struct { int32_t m2, e, c; } qsa_rq3;
-/* its folded bias, filled at init (RAM, not flash): kb[c] = bias[c] + in_off sum_t f[t][c] */
-QSA_INIT_CODE static void qsa_dwconvs_bias(int32_t *kb, const int8_t *f, const int32_t *bias,
-                                           const qsa_conv_p *p) {
+/* at init (RAM, not flash): kb[c] = bias[c] + in_off sum_t f[t][c]; fx[(c / 4) T + t] the
+ * pairs (f[t][c], f[t][c + 2]), (f[t][c + 1], f[t][c + 3]) as int16 halves (T taps) */
+QSA_INIT_CODE static void qsa_dwconvs_init(int32_t *kb, uint32_t *fx, const int8_t *f,
+                                           const int32_t *bias, const qsa_conv_p *p) {
+  const int32_t C = p->out_c, T = p->k_h * p->k_w;
   int32_t c, t;
-  for (c = 0; c < p->out_c; ++c) {
+  for (c = 0; c < C; ++c) {
     int32_t fs = 0;
-    for (t = 0; t < p->k_h * p->k_w; ++t) fs += f[t * p->out_c + c];
+    for (t = 0; t < T; ++t) fs += f[t * C + c];
     kb[c] = (bias ? bias[c] : 0) + p->in_off * fs;
   }
+  for (c = 0; c < C; c += 4)
+    for (t = 0; t < T; ++t, fx += 2) {
+      const int8_t *q = f + t * C + c;
+      fx[0] = (uint32_t)(uint16_t)(int16_t)q[0] | (uint32_t)(uint16_t)(int16_t)q[2] << 16;
+      fx[1] = (uint32_t)(uint16_t)(int16_t)q[1] | (uint32_t)(uint16_t)(int16_t)q[3] << 16;
+    }
 }
-static void qsa_dwconvs(int8_t *restrict out, const int8_t *x, const int8_t *f,
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+typedef struct {
+  const int8_t *const *tx; /* 0: the pixel's taps (rows) */
+  const int8_t *const *te; /* 4: tx + T */
+  const int32_t *kb;       /* 8: folded biases */
+  const qsa_rq3 *rq;       /* 12: requantisation constants */
+  int8_t *out;             /* 16: the pixel's C outputs */
+  int32_t C;               /* 20 */
+  const uint32_t *fx;      /* 24: the filter pairs */
+} qsa_dwpc;
+#define QSA_DWRQ(a, k)                                                                  \
+  "ldrd %[f0], %[f1], [%[pt]], #12\n\tldr %[xv], [%[pt], #-4]\n\t"                      \
+  "add %[xv], %[xv], " a "\n\tadd %[xv], %[xv], " a ", asr #31\n\t"                     \
+  "smmlar " a ", " a ", %[f0], %[xv]\n\tasr " a ", " a ", %[f1]\n\t"                    \
+  "ssat " a ", #8, " a "\n\tstrb " a ", [%[px], #" k "]\n\t"
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void qsa_dwpix(const qsa_dwpc *s) {
+  uint32_t a0, a1, a2, a3, pt, te, pf, j, px, xv, f0, f1;
+  __asm volatile(
+      "movs %[j], #0\n\tldr %[pf], [%[s], #24]\n"
+      "1:\n\t"
+      "ldr %[px], [%[s], #8]\n\tadd %[px], %[px], %[j], lsl #2\n\t"
+      "ldrd %[a0], %[a1], [%[px]]\n\tldrd %[a2], %[a3], [%[px], #8]\n\t"
+      "ldrd %[pt], %[te], [%[s]]\n"
+      "2:\n\t"
+      "ldr %[px], [%[pt]], #4\n\tldr %[xv], [%[px], %[j]]\n\t"
+      "ldrd %[f0], %[f1], [%[pf]], #8\n\t"
+      "sxtb16 %[px], %[xv]\n\tsxtb16 %[xv], %[xv], ror #8\n\t"
+      "smlabb %[a0], %[px], %[f0], %[a0]\n\tsmlatt %[a2], %[px], %[f0], %[a2]\n\t"
+      "smlabb %[a1], %[xv], %[f1], %[a1]\n\tsmlatt %[a3], %[xv], %[f1], %[a3]\n\t"
+      "cmp %[pt], %[te]\n\tbne 2b\n\t"
+      "ldr %[pt], [%[s], #12]\n\tadd %[pt], %[pt], %[j], lsl #3\n\t"
+      "add %[pt], %[pt], %[j], lsl #2\n\t"
+      "ldr %[px], [%[s], #16]\n\tadd %[px], %[px], %[j]\n\t"
+      QSA_DWRQ("%[a0]", "0") QSA_DWRQ("%[a1]", "1") QSA_DWRQ("%[a2]", "2")
+      QSA_DWRQ("%[a3]", "3")
+      "adds %[j], %[j], #4\n\tldr %[te], [%[s], #20]\n\tcmp %[j], %[te]\n\tbne 1b\n\t"
+      : [a0] "=&r"(a0), [a1] "=&r"(a1), [a2] "=&r"(a2), [a3] "=&r"(a3), [pt] "=&r"(pt),
+        [te] "=&r"(te), [pf] "=&r"(pf), [j] "=&r"(j), [px] "=&r"(px), [xv] "=&r"(xv),
+        [f0] "=&r"(f0), [f1] "=&r"(f1)
+      : [s] "r"(s)
+      : "cc", "memory");
+}
+#undef QSA_DWRQ
+#endif
+static void qsa_dwconvs(int8_t *restrict out, const int8_t *x, const uint32_t *fx,
                         const int32_t *kbias, const int32_t *mult, const int8_t *shift,
                         const qsa_conv_p *p) {
-  int32_t n, oy, ox, ky, kx, c, t, T;
+  int32_t n, oy, ox, c, T;
   uint32_t zrow[32];
-  int32_t acc[128];
   qsa_rq3 rq[128];
   const int8_t *tx[32];
   const int32_t C = p->out_c, IH = p->in_h, IW = p->in_w, KH = p->k_h, KW = p->k_w;
   const uint32_t zp4 = 0x01010101u * (uint8_t)(int8_t)(-p->in_off);
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+  qsa_dwpc s;
+  s.tx = tx;
+  s.kb = kbias;
+  s.rq = rq;
+  s.C = C;
+  s.fx = fx;
+#endif
   for (c = 0; c < C / 4; ++c) zrow[c] = zp4;
   for (c = 0; c < C; ++c) {
     rq[c].m2 = (int32_t)((uint32_t)mult[c] << 1);
@@ -1322,54 +1507,36 @@ static void qsa_dwconvs(int8_t *restrict out, const int8_t *x, const int8_t *f,
   }
   for (n = 0; n < p->batches; ++n)
     for (oy = 0; oy < p->out_h; ++oy)
-      for (ox = 0; ox < p->out_w; ++ox) {
-        const qsa_rq3 *r = rq;
-        T = 0;
-        for (ky = 0; ky < KH; ++ky) {
-          const int32_t iy = oy * p->stride_h - p->pad_h + ky * p->dil_h;
-          for (kx = 0; kx < KW; ++kx) {
-            const int32_t ix = ox * p->stride_w - p->pad_w + kx * p->dil_w;
-            tx[T++] = iy < 0 || iy >= IH || ix < 0 || ix >= IW
-                          ? (const int8_t *)zrow : x + ((n * IH + iy) * IW + ix) * C;
-          }
-        }
-        for (c = 0; c < C; c += 4) { /* acc[c .. c + 3]: four channels' dot products */
-          int32_t a0 = kbias[c], a1 = kbias[c + 1], a2 = kbias[c + 2], a3 = kbias[c + 3];
-          const int8_t *pf = f + c;
-          for (t = 0; t < T; ++t, pf += C) {
-            const int8_t *px = tx[t] + c; /* zrow + c: still the zero point */
+      for (ox = 0; ox < p->out_w; ++ox, out += C) {
+        T = qsa_dw_taps(tx, x, zrow, p, n, oy, ox, KH, KW, IH, IW, C);
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
-            uint32_t xv, fv, x02, f02, x13, f13;
-            memcpy(&xv, px, 4);
-            memcpy(&fv, pf, 4);
-            x02 = __sxtb16(xv);
-            f02 = __sxtb16(fv);
-            x13 = qsa_sxtb16_ror8(xv);
-            f13 = qsa_sxtb16_ror8(fv);
-            a0 = __smlabb(x02, f02, a0);
-            a2 = __smlatt(x02, f02, a2);
-            a1 = __smlabb(x13, f13, a1);
-            a3 = __smlatt(x13, f13, a3);
+        s.te = tx + T;
+        s.out = out;
+        qsa_dwpix(&s);
 #else
-            a0 += px[0] * pf[0];
-            a1 += px[1] * pf[1];
-            a2 += px[2] * pf[2];
-            a3 += px[3] * pf[3];
-#endif
+        for (c = 0; c < C; c += 4) { /* channels c .. c + 3 */
+          int32_t a0 = kbias[c], a1 = kbias[c + 1], a2 = kbias[c + 2], a3 = kbias[c + 3], t;
+          const uint32_t *pf = fx + c / 2 * T;
+          for (t = 0; t < T; ++t, pf += 2) {
+            const int8_t *px = tx[t] + c; /* zrow + c: still the zero point */
+            a0 += px[0] * (int16_t)(pf[0] & 0xFFFFu);
+            a2 += px[2] * (int16_t)(pf[0] >> 16);
+            a1 += px[1] * (int16_t)(pf[1] & 0xFFFFu);
+            a3 += px[3] * (int16_t)(pf[1] >> 16);
           }
-          acc[c] = a0;
-          acc[c + 1] = a1;
-          acc[c + 2] = a2;
-          acc[c + 3] = a3;
+          out[c] = qsa_rqa(a0, rq[c].m2, rq[c].e, rq[c].c);
+          out[c + 1] = qsa_rqa(a1, rq[c + 1].m2, rq[c + 1].e, rq[c + 1].c);
+          out[c + 2] = qsa_rqa(a2, rq[c + 2].m2, rq[c + 2].e, rq[c + 2].c);
+          out[c + 3] = qsa_rqa(a3, rq[c + 3].m2, rq[c + 3].e, rq[c + 3].c);
         }
-        for (c = 0; c < C; ++c, ++r) *out++ = qsa_rqa(acc[c], r->m2, r->e, r->c);
+#endif
       }
 }
 #else
 static void qsa_dwconvs(int8_t *restrict out, const int8_t *x, const int8_t *f,
                         const int32_t *bias, const int32_t *mult, const int8_t *shift,
                         const qsa_conv_p *p) {
-  int32_t n, oy, ox, ky, kx, c, t, T = 0;
+  int32_t n, oy, ox, c, t, T = 0;
   uint32_t zrow[32];
   int32_t kbias[128];
   const int8_t *tx[32];
@@ -1385,39 +1552,10 @@ static void qsa_dwconvs(int8_t *restrict out, const int8_t *x, const int8_t *f,
   for (n = 0; n < p->batches; ++n)
     for (oy = 0; oy < p->out_h; ++oy)
       for (ox = 0; ox < p->out_w; ++ox) {
-        T = 0;
-        for (ky = 0; ky < KH; ++ky) {
-          const int32_t iy = oy * p->stride_h - p->pad_h + ky * p->dil_h;
-          for (kx = 0; kx < KW; ++kx) {
-            const int32_t ix = ox * p->stride_w - p->pad_w + kx * p->dil_w;
-            tx[T++] = iy < 0 || iy >= IH || ix < 0 || ix >= IW
-                          ? (const int8_t *)zrow : x + ((n * IH + iy) * IW + ix) * C;
-          }
-        }
+        T = qsa_dw_taps(tx, x, zrow, p, n, oy, ox, KH, KW, IH, IW, C);
         for (c = 0; c < C; c += 4, out += 4) {
           int32_t a0 = kbias[c], a1 = kbias[c + 1], a2 = kbias[c + 2], a3 = kbias[c + 3];
-          const int8_t *pf = f + c;
-          for (t = 0; t < T; ++t, pf += C) {
-            const int8_t *px = tx[t] + c; /* zrow + c: still the zero point */
-#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
-            uint32_t xv, fv, x02, f02, x13, f13;
-            memcpy(&xv, px, 4);
-            memcpy(&fv, pf, 4);
-            x02 = __sxtb16(xv);
-            f02 = __sxtb16(fv);
-            x13 = qsa_sxtb16_ror8(xv);
-            f13 = qsa_sxtb16_ror8(fv);
-            a0 = __smlabb(x02, f02, a0);
-            a2 = __smlatt(x02, f02, a2);
-            a1 = __smlabb(x13, f13, a1);
-            a3 = __smlatt(x13, f13, a3);
-#else
-            a0 += px[0] * pf[0];
-            a1 += px[1] * pf[1];
-            a2 += px[2] * pf[2];
-            a3 += px[3] * pf[3];
-#endif
-          }
+          qsa_dw4(&a0, &a1, &a2, &a3, tx, f + c, T, C, c);
           {
             const int32_t acc[4] = {a0, a1, a2, a3};
             for (t = 0; t < 4; ++t)
@@ -1532,7 +1670,7 @@ static void qsa_bmm2(int8_t *restrict out, const int8_t *A, int32_t a_off, const
   int32_t b, i, j, j0, k;
   int16_t a16[640], c16[256];
   const int32_t Kp = (K + 3) & ~3, c = qsa_rqc(e, out_off);
-  const int32_t NC = (256 / Kp) & ~1;
+  const int32_t NC = (256 / Kp) & ~1, m2 = (int32_t)((uint32_t)mult << 1);
   const uint32_t bo2 = (uint32_t)(uint16_t)b_off * 0x10001u;
   for (b = 0; b < nb; ++b) {
     const int8_t *pa = A + b * a_bs, *pb = B + b * b_bs;
@@ -1624,11 +1762,11 @@ static void qsa_bmm2(int8_t *restrict out, const int8_t *A, int32_t a_off, const
             s11 += x1 * q1[k];
           }
 #endif
-          o[0] = qsa_rqf(s00 * 2, mult, e, c);
-          if (j1 != j) o[1] = qsa_rqf(s01 * 2, mult, e, c);
+          o[0] = qsa_rqa(s00, m2, e, c); /* qsa_rqf(2 s, mult, e, c): |s| < 2^30 */
+          if (j1 != j) o[1] = qsa_rqa(s01, m2, e, c);
           if (two) {
-            o[N] = qsa_rqf(s10 * 2, mult, e, c);
-            if (j1 != j) o[N + 1] = qsa_rqf(s11 * 2, mult, e, c);
+            o[N] = qsa_rqa(s10, m2, e, c);
+            if (j1 != j) o[N + 1] = qsa_rqa(s11, m2, e, c);
           }
         }
       }
@@ -2253,6 +2391,7 @@ static void qsa_lnorm(int8_t *restrict out, const int8_t *x, const int8_t lut[25
    * multiply-accumulate, no buffer of d (the same integers as d r) */
   int32_t sr[256]; /* each component's S */
   const int32_t C = p->comps, N = p->inner, n = C * N;
+  const int32_t my = p->my, ey = p->ey, cy = p->cy; /* held in registers (round 4) */
   int32_t g, c, i;
   for (g = 0; g < p->groups; ++g, x += n) {
     const int8_t *px = x;
@@ -2272,7 +2411,7 @@ static void qsa_lnorm(int8_t *restrict out, const int8_t *x, const int8_t lut[25
     for (c = 0, px = x; c < C; ++c) {
       const int32_t nr = N * r, snr = -sr[c] * r;
       const int8_t *end = px + N;
-      for (; px < end; ++px) *out++ = qsa_rqf(*px * nr + snr, p->my, p->ey, p->cy);
+      for (; px < end; ++px) *out++ = qsa_rqf(*px * nr + snr, my, ey, cy);
     }
   }
 }
@@ -2301,16 +2440,84 @@ static void qsa_addprelu_col(int8_t *restrict out, const int8_t *x, const int8_t
   }
 }
 
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+/* a column of qsa_addprelu_col on the DSP extension in assembly (GCC spilled its constants:
+ * 19 / 22 instructions a value for v >= 0 / < 0), 14 / 20: x and y as a halfword pair (PKHBT)
+ * against (ka, kb) (|ka|, |kb| <= 2048: the larger scale is 2048 on the common grid), one
+ * SMLAD with k0, the branch's qsa_rqa (the negative branch's constants loaded there); y and
+ * out addressed from x's pointer. 12-07 round 4. The same integers. */
+typedef struct {
+  uint32_t kk;                /* 0: (ka, kb) as halfwords */
+  int32_t k0, mp2, ep, cp;    /* 4: v >= 0: qsa_rqa(v, mp2, ep, cp) */
+  int32_t mn2, en, cn, al;    /* 20: v < 0: qsa_rqa(v al, mn2, en, cn) */
+  int32_t dy, dout, st, n;    /* 36: y - x, out - x (bytes), the stride, n > 0 values */
+  const int8_t *x;            /* 52 */
+} qsa_apc;
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void qsa_addprelu_cola(const qsa_apc *s) {
+  uint32_t pp, dy, dout, st, n, kk, k0, mp, ep, cp, v, t, r;
+  __asm volatile(
+      "ldrd %[kk], %[k0], [%[s]]\n\tldrd %[mp], %[ep], [%[s], #8]\n\t"
+      "ldr %[cp], [%[s], #16]\n\tldrd %[dy], %[dout], [%[s], #36]\n\t"
+      "ldrd %[st], %[n], [%[s], #44]\n\tldr %[pp], [%[s], #52]\n"
+      "1:\n\t"
+      "ldrsb %[v], [%[pp]]\n\tldrsb %[t], [%[pp], %[dy]]\n\t"
+      "pkhbt %[v], %[v], %[t], lsl #16\n\tsmlad %[v], %[v], %[kk], %[k0]\n\t"
+      "cmp %[v], #0\n\tblt 3f\n\t"
+      "add %[t], %[cp], %[v]\n\tsmmlar %[r], %[v], %[mp], %[t]\n\t"
+      "asr %[r], %[r], %[ep]\n\tssat %[r], #8, %[r]\n\tstrb %[r], [%[pp], %[dout]]\n\t"
+      "add %[pp], %[pp], %[st]\n\tsubs %[n], %[n], #1\n\tbne 1b\n\tb 4f\n"
+      "3:\n\t"
+      "ldr %[r], [%[s], #32]\n\tmul %[v], %[v], %[r]\n\tldr %[t], [%[s], #28]\n\t"
+      "add %[t], %[t], %[v]\n\tadd %[t], %[t], %[v], asr #31\n\tldr %[r], [%[s], #20]\n\t"
+      "smmlar %[r], %[v], %[r], %[t]\n\tldr %[t], [%[s], #24]\n\tasr %[r], %[r], %[t]\n\t"
+      "ssat %[r], #8, %[r]\n\tstrb %[r], [%[pp], %[dout]]\n\t"
+      "add %[pp], %[pp], %[st]\n\tsubs %[n], %[n], #1\n\tbne 1b\n"
+      "4:\n\t"
+      : [pp] "=&r"(pp), [dy] "=&r"(dy), [dout] "=&r"(dout), [st] "=&r"(st), [n] "=&r"(n),
+        [kk] "=&r"(kk), [k0] "=&r"(k0), [mp] "=&r"(mp), [ep] "=&r"(ep), [cp] "=&r"(cp),
+        [v] "=&r"(v), [t] "=&r"(t), [r] "=&r"(r)
+      : [s] "r"(s)
+      : "cc", "memory");
+}
+#endif
+
 static void qsa_addprelu(int8_t *restrict out, const int8_t *x, const int8_t *y,
                          const int8_t *alpha, const qsa_bcast *bc, const qsa_addprelu_p *p) {
   int32_t a, b, c, d;
   const int32_t n2 = bc->n[2], n3 = bc->n[3], sb3 = bc->sb[3], ao = p->ao;
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+  qsa_apc s;
+  s.kk = qsa_pk16(p->ka, p->kb);
+  s.k0 = p->k0;
+  s.mp2 = (int32_t)((uint32_t)p->mp << 1);
+  s.ep = p->ep;
+  s.cp = p->cp;
+  s.mn2 = (int32_t)((uint32_t)p->mn << 1);
+  s.en = p->en;
+  s.cn = p->cn;
+  s.st = n3;
+  s.n = n2;
+#endif
   for (a = 0; a < bc->n[0]; ++a)
     for (b = 0; b < bc->n[1]; ++b) {
       const int8_t *pa = alpha + a * bc->sb[0] + b * bc->sb[1];
       if (bc->sb[2] == 0) /* alpha constant down dim 2 (per channel): column by column */
-        for (d = 0; d < n3; ++d)
+        for (d = 0; d < n3; ++d) {
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+          if (n2 > 0) {
+            s.al = pa[d * sb3] + ao;
+            s.x = x + d;
+            s.dy = (int32_t)((uintptr_t)(y + d) - (uintptr_t)(x + d));
+            s.dout = (int32_t)((uintptr_t)(out + d) - (uintptr_t)(x + d));
+            qsa_addprelu_cola(&s);
+          }
+#else
           qsa_addprelu_col(out + d, x + d, y + d, n2, n3, pa[d * sb3] + ao, p);
+#endif
+        }
       else
         for (c = 0; c < n2; ++c)
           for (d = 0; d < n3; ++d)

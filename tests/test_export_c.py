@@ -796,6 +796,7 @@ static void mix(const int8_t *p, int n) { /* FNV-1a over the outputs */
 int main(void) {
   static int8_t x[8192], y[8192], o[8192];
   static int32_t e1[256], bias[64], kb[64], m[64];
+  static uint32_t fx[30 * 48 / 2];
   static int8_t sh[64];
   int t, i;
 #ifdef __ARM_ARCH
@@ -858,7 +859,7 @@ int main(void) {
     mix(o, tot);
   }
   printf("gather4 %lu\n", (unsigned long)hsh);
-  hsh = 2166136261u; /* qsa_dwconvs: the fast build's bias folded at init */
+  hsh = 2166136261u; /* qsa_dwconvs: the fast build's bias and filter pairs from init */
   for (t = 0; t < 30; ++t) {
     qsa_conv_p p;
     const int C = 4 * (1 + rnd(12)), KH = 1 + rnd(3), KW = 1 + rnd(t % 2 ? 10 : 3); /* <= 32 */
@@ -875,15 +876,66 @@ int main(void) {
       sh[i] = (int8_t)(-1 - rnd(20));
     }
 #ifdef QSA_ARITH_FAST
-    qsa_dwconvs_bias(kb, y, bias, &p);
-    qsa_dwconvs(o, x, y, kb, m, sh, &p);
+    qsa_dwconvs_init(kb, fx, y, bias, &p);
+    qsa_dwconvs(o, x, fx, kb, m, sh, &p);
 #else
     (void)kb;
+    (void)fx;
     qsa_dwconvs(o, x, y, bias, m, sh, &p);
 #endif
     mix(o, p.batches * p.out_h * p.out_w * C);
   }
   printf("dwconvs %lu\n", (unsigned long)hsh);
+#ifdef QSA_ARITH_FAST
+  { /* round 4: qsa_addprelu (on the DSP extension its columns in assembly) against
+     * qsa_addprelu_col (C) on random constants and data; the number of differing values */
+    int bad = 0, j;
+    for (t = 0; t < 40; ++t) {
+      qsa_bcast bc;
+      qsa_addprelu_p q;
+      const int n2 = 1 + rnd(70), n3 = 1 + rnd(9);
+      const int ka = t % 2 ? 2048 : rnd(4097) - 2048, kb2 = t % 2 ? rnd(4097) - 2048 : 2048;
+      const int ep = 1 + rnd(22), en = 1 + rnd(22), off = rnd(256) - 128;
+      bc.n[0] = 1; bc.n[1] = 1; bc.n[2] = (int16_t)n2; bc.n[3] = (int16_t)n3;
+      bc.sa[0] = bc.sa[1] = 0; bc.sa[2] = (int16_t)n3; bc.sa[3] = 1;
+      bc.sb[0] = bc.sb[1] = bc.sb[2] = 0; bc.sb[3] = 1;
+      q.ka = ka; q.kb = kb2; q.k0 = rnd(200001) - 100000; q.ao = rnd(256) - 128;
+      q.mp = (int32_t)(1073741824u + (uint32_t)rnd(1 << 30)); q.ep = ep; q.cp = qsa_rqc(ep, off);
+      q.mn = (int32_t)(1073741824u + (uint32_t)rnd(1 << 30)); q.en = en; q.cn = qsa_rqc(en, off);
+      for (i = 0; i < n2 * n3; ++i) {
+        x[i] = (int8_t)(rnd(256) - 128);
+        y[i] = (int8_t)(rnd(256) - 128);
+      }
+      for (i = 0; i < n3; ++i) sh[i] = (int8_t)(rnd(256) - 128);
+      qsa_addprelu(o, x, y, sh, &bc, &q);
+      for (j = 0; j < n3; ++j)
+        qsa_addprelu_col(o + 4096 + j, x + j, y + j, n2, n3, sh[j] + q.ao, &q);
+      for (i = 0; i < n2 * n3; ++i) bad += o[i] != o[4096 + i];
+    }
+    printf("addprelu %d\n", bad);
+    bad = 0; /* qsa_preluf (its columns in assembly on the DSP extension) = qsa_preluf_col */
+    for (t = 0; t < 40; ++t) {
+      qsa_bcast bc;
+      qsa_preluf_p q;
+      const int n2 = 1 + rnd(70), n3 = 1 + rnd(9), off = rnd(256) - 128;
+      bc.n[0] = 1; bc.n[1] = 1; bc.n[2] = (int16_t)n2; bc.n[3] = (int16_t)n3;
+      bc.sa[0] = bc.sa[1] = 0; bc.sa[2] = (int16_t)n3; bc.sa[3] = 1;
+      bc.sb[0] = bc.sb[1] = bc.sb[2] = 0; bc.sb[3] = 1;
+      q.in_off = rnd(256) - 128; q.alpha_off = rnd(256) - 128;
+      q.m1 = rnd(1 << 30) * 2; q.l1 = 1 + rnd(13); q.e1 = rnd(23); q.c1 = qsa_rqc(1 + rnd(22), off);
+      q.k1 = -rnd(2);
+      q.m2 = rnd(1 << 30) * 2; q.l2 = 1 + rnd(13); q.e2 = rnd(23); q.c2 = qsa_rqc(1 + rnd(22), off);
+      q.k2 = -rnd(2);
+      for (i = 0; i < n2 * n3; ++i) x[i] = (int8_t)(rnd(256) - 128);
+      for (i = 0; i < n3; ++i) sh[i] = (int8_t)(rnd(256) - 128);
+      qsa_preluf(o, x, sh, &bc, &q);
+      for (j = 0; j < n3; ++j)
+        qsa_preluf_col(o + 4096 + j, x + j, n2, n3, sh[j] + q.alpha_off, &q);
+      for (i = 0; i < n2 * n3; ++i) bad += o[i] != o[4096 + i];
+    }
+    printf("preluf %d\n", bad);
+  }
+#endif
   fflush(stdout); /* the board's exit does not flush */
   return 0;
 }
@@ -911,7 +963,7 @@ def test_fast_round3_kernels_equal_the_exact_build(tmp_path, where):
         (d / "qsa_nn.h").write_text(QSA_NN_H)
         (d / "t.c").write_text(("#define QSA_ARITH_FAST 1\n" if fast else "") + _ROUND3_C)
         outs.append(_run_c(d).stdout if where == "host" else _run_c_m4(d))
-    exact, fast = (o.split("\n") for o in outs)
-    assert [ln.split()[0] for ln in exact if ln] == ["bmm2", "softmax", "reduce", "gather4",
-                                                     "dwconvs"]
-    assert exact == fast
+    exact, fast = ([ln for ln in o.split("\n") if ln] for o in outs)
+    assert [ln.split()[0] for ln in exact] == ["bmm2", "softmax", "reduce", "gather4", "dwconvs"]
+    assert exact == fast[:-2]
+    assert fast[-2:] == ["addprelu 0", "preluf 0"]  # round 4's assembly on the M4 = the C
