@@ -4,6 +4,12 @@ Plays noisy speech (espeak-ng speech + noise, looped to ``--minutes``) as the mi
 through the full pipeline (an input and an output stream) into a private PulseAudio null
 sink (its monitor is the microphone; nothing is audible) and reports xruns and the per-hop
 processing time from the app's own ``--json-stats``. A benchmark, not a test: nothing is asserted.
+The result (JSON, and a one-line ``summary:`` on stderr) gives the p99 per hop (the last ~33 s
+and the whole session), ``underruns_after_startup`` (the app's ring, once its jitter buffer
+ended start-up at ``jitter_buffer.startup_end_s`` of stream time) and the device underflows
+after it, the end-to-end latency, and how idle the host was meanwhile (``load``: /proc/stat).
+``QSA_LIVE_TRACE=PATH`` in the environment makes the app write a per-callback trace
+(apps/live/trace.py).
 
     .venv/bin/python bench/live_session.py                      # 10 minutes, qcgan-35k
     .venv/bin/python bench/live_session.py --minutes 1 --model reference-lowpass
@@ -301,6 +307,7 @@ def _run(args, pa, d: Path, host: dict) -> int:
                 atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
             return 0
     t0 = time.monotonic()
+    _CPU0["t"] = _cpu_times()
     app = subprocess.Popen(cmd, env=dict(pa.env_for("loop", "loop.monitor"),
                                          XDG_CACHE_HOME=str(cache_home)),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -342,16 +349,26 @@ def _run(args, pa, d: Path, host: dict) -> int:
         "p99_share_of_hop": round(final["hop_ms_p99"] / hop_ms, 4),
         "session_hop_ms_p99": final["session_hop_ms_p99"],
         "session_p99_share_of_hop": round(final["session_hop_ms_p99"] / hop_ms, 4),
+        "session_hop_ms_max": final.get("session_hop_ms_max"),
         "rtf": final["rtf"],
         "underruns": final["underruns"],
         "overruns": final["overruns"],
         f"underruns_after_{STARTUP_S:g}_s": final["underruns"] - base["underruns"],
         f"overruns_after_{STARTUP_S:g}_s": final["overruns"] - base["overruns"],
+        # the acceptance figure (issue 29): the output ring's underruns once the app's
+        # jitter buffer ended its start-up (jitter_buffer.startup_end_s of stream time), plus
+        # the device's own underflows after it
+        "underruns_after_startup": final.get("underruns_after_startup"),
+        "device_underflows_after_startup": final["xruns"]["device_output_underflows"]
+        - base.get("xruns", {}).get("device_output_underflows", 0),
+        "jitter_buffer": final.get("jitter_buffer"),
+        "drift_slipped_samples": final.get("drift_slipped_samples"),
         "xruns": final["xruns"],
         "startup_shortfalls": final.get("startup_shortfalls"),
         "xrun_times_s": final.get("xrun_times_s"),
         "xrun_callback_gap_ms": final.get("xrun_callback_gap_ms"),
         "xrun_portaudio_gap_ms": final.get("xrun_portaudio_gap_ms"),
+        "xrun_wakeup_gap_ms": final.get("xrun_wakeup_gap_ms"),
         "xrun_worker_quiet_ms": final.get("xrun_worker_quiet_ms"),
         "callback_gap_ms_max": final.get("callback_gap_ms_max"),
         "restarts": final["restarts"],
@@ -369,12 +386,41 @@ def _run(args, pa, d: Path, host: dict) -> int:
         },  # fmt: skip
         "note": "hop_ms_* cover the last 4096 hops (~33 s); session_* every hop",
     }
+    result["load"] = load_during(t0)
     print(json.dumps(result, indent=2))
+    jbs = result["jitter_buffer"] or {}
+    print(f"summary: {result['stream_s']:.1f} s stream, p99 per hop {result['hop_ms_p99']} ms "
+          f"(last ~33 s) / {result['session_hop_ms_p99']} ms (session) of {hop_ms:g} ms, "
+          f"underruns after start-up ({jbs.get('startup_end_s')} s): "
+          f"{result['underruns_after_startup']} ring + "
+          f"{result['device_underflows_after_startup']} device, all {result['underruns']}, "
+          f"end-to-end {result['latency_ms']['end_to_end']} ms, "
+          f"CPU idle during the session {result['load']['cpu_idle_pct']} %", file=sys.stderr)
     if args.out:
         from qsa.fileio import atomic_write_text
 
         atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
     return 0
+
+
+def _cpu_times() -> list[int]:
+    with open("/proc/stat") as f:
+        return [int(v) for v in f.readline().split()[1:]]
+
+
+_CPU0 = {}
+
+
+def load_during(t0: float) -> dict:
+    """How idle the host was while the session ran (/proc/stat since ``_run`` began): the
+    issue's figure is for an idle host, and a shared VM rarely is."""
+    now = _cpu_times()
+    before = _CPU0.get("t", now)
+    d = [a - b for a, b in zip(now, before, strict=True)]
+    total = max(sum(d), 1)
+    return {"cpu_idle_pct": round(100 * d[3] / total, 1),
+            "cpu_steal_pct": round(100 * d[7] / total, 2) if len(d) > 7 else None,
+            "load_average": os.getloadavg()}  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -623,7 +623,7 @@ def test_survives_injected_xruns(pulse, enhancer, tmp_path):
     lines += json_lines(out)
     final = lines[-1]
     # the whole file played, less the backlog trimmed after each freeze: the input stream's
-    # buffer delivers what it held at once, the output's buffer had run dry (_trim_backlog)
+    # buffer delivers what it held at once, the output's buffer had run dry (backlog trim)
     assert final["final"] and final["t"] + final["trimmed"]["ms"] / 1000 >= 8.0, final
     x = final["xruns"]
     injected = (
@@ -931,11 +931,11 @@ def test_output_stall_backlog_is_trimmed(pulse, enhancer, monkeypatch):
     """Two streams: the output stream stalls for 200 ms while the input keeps delivering
     (the device plays its 30 ms buffer, then 170 ms of silence), then catches up on its
     buffer in a burst. The 160 ms the output fell behind would wait in the rings for good
-    (a loaded 10-minute session ended at 403 ms end-to-end): once a whole window (1 s of
-    output) shows it, the oldest 160 ms are dropped from the output ring, no more (the
-    window's lowest point after the burst is the backlog), counted in ``trimmed``; the
-    signal on both sides of the skip is the exact pipeline's, and the latency report is
-    back to the pre-stall figure (streams 0, pipeline P)."""
+    (a loaded 10-minute session ended at 403 ms end-to-end): once a whole trim window (2 s of
+    output after the 1 s start-up) shows it, the oldest 160 ms are dropped from the output
+    ring, no more (the jitter buffer trims down to the level start-up measured, never below
+    it), counted in ``trimmed``; the signal on both sides of the skip is the exact pipeline's,
+    and the latency report is back to the pre-stall figure (streams 0, pipeline P)."""
     import sounddevice as sd
 
     from qsa.apps.live import LiveOptions, LiveSession
@@ -946,7 +946,7 @@ def test_output_stall_backlog_is_trimmed(pulse, enhancer, monkeypatch):
     session = LiveSession(enhancer.proc, opts).open()
     try:
         enhancer.proc.reset()
-        n_before, n_stall, n_burst, n_after = 50, 20, 4, 300
+        n_before, n_stall, n_burst, n_after = 50, 20, 4, 400
         x = np.random.default_rng(7).standard_normal(blk * (n_before + n_stall + n_after))
         x = (0.1 * x).astype(np.float32)
         indata = np.zeros((blk, 1), np.float32)
@@ -989,19 +989,26 @@ def test_output_stall_backlog_is_trimmed(pulse, enhancer, monkeypatch):
             output_block(under if i == 0 else ok)
         ti.outputBufferDacTime = ti.currentTime + dev_out
         assert session.trimmed == 0
+        trim_at = None  # the output block the trim came before
         for _ in range(n_after):
             tick()
             input_block()
             output_block()
+            if trim_at is None and session.trimmed:
+                trim_at = len(played) - 1
 
         s = session.stats()
+        jb = session.jb
+        # start-up ends after 1 s of output (100 blocks), the first trim window 2 s later
+        assert jb.startup_end == 100 * blk and trim_at == 100 + 200 - 2
+        assert session.underruns_after_startup == 0 and jb.startup_topup == 0
         backlog = (n_stall - n_burst) * blk
         assert session.trimmed == backlog and s["trimmed"] == {"events": 1, "ms": 160.0}
         assert s["underruns"] == 1 and session.growth == 0  # the device's, not the rings'
         y = np.concatenate(played)
         ref = enhancer.proc.process_offline(x)
         p = session.prefill
-        cut = (n_before + n_burst + 90) * blk  # the skip ends the second window (0.5 + 1 s)
+        cut = trim_at * blk
         np.testing.assert_allclose(y[p:cut], ref[: cut - p], atol=1e-5)
         tail = slice(len(y) - 100 * blk, len(y))
         np.testing.assert_allclose(y[tail], ref[tail.start - p + backlog : tail.stop - p + backlog],
@@ -1010,6 +1017,97 @@ def test_output_stall_backlog_is_trimmed(pulse, enhancer, monkeypatch):
         assert lat["device_out"] == pytest.approx(dev_out * 1000, abs=0.01)
         assert lat["streams"] == pytest.approx(0.0, abs=0.01)
         assert lat["pipeline"] == pytest.approx(p / SR * 1000, abs=0.01)
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("follow", [True, False])
+def test_clock_drift_is_followed_by_slipping_samples(pulse, enhancer, monkeypatch, follow):
+    """The output stream's clock runs faster than the input's (here 400 ppm: one input
+    block in 2500 never comes; issue 29's two null sinks drifted 72 ppm): the streams' offset
+    falls a block every 25 s and would eat the reserve, then underrun again and again. The
+    worker follows it by slipping single samples into the output (``slipped``), so after
+    start-up nothing underruns; without following (a window longer than the session) the
+    same drift underruns."""
+    import sounddevice as sd
+
+    from qsa.apps.live import LiveOptions, LiveSession, engine
+
+    portaudio_on(pulse, monkeypatch)
+    if not follow:
+        monkeypatch.setattr(engine, "DRIFT_WINDOW_S", 1e6)
+    blk = 160
+    opts = LiveOptions(input_device="pulse", output_device="pulse", channels=1, samplerate=SR)
+    session = LiveSession(enhancer.proc, opts).open()
+    try:
+        enhancer.proc.reset()
+        rng = np.random.default_rng(3)
+        indata = np.zeros((blk, 1), np.float32)
+        outdata = np.zeros((blk, 1), np.float32)
+        ok = sd.CallbackFlags()
+
+        class TimeInfo:
+            currentTime, inputBufferAdcTime, outputBufferDacTime = 10.0, 9.995, 10.03
+
+        ti = TimeInfo()
+        n = 10000  # 100 s of output
+        for i in range(n):
+            ti.currentTime += blk / SR
+            ti.inputBufferAdcTime, ti.outputBufferDacTime = ti.currentTime - 0.005, \
+                ti.currentTime + 0.03  # fmt: skip
+            if i % 2500 != 1249:  # the input's clock is slower: this block never comes
+                indata[:, 0] = 0.1 * rng.standard_normal(blk)
+                session._in_callback(indata, blk, ti, ok)
+                session._work_once()
+            session._out_callback(outdata, blk, ti, ok)
+        lost = (n // 2500) * blk
+        if follow:
+            assert session.underruns_after_startup == 0, session.stats()["xruns"]
+            assert lost - 2 * blk <= session.slipped <= lost
+        else:
+            assert session.underruns_after_startup > 0 and session.slipped == 0
+    finally:
+        session.close()
+
+
+def test_drift_following_leaves_a_trimmed_backlog_alone(pulse, enhancer, monkeypatch):
+    """An output stall (400 ms of no output callbacks while the input keeps delivering; the
+    two clocks otherwise equal) leaves a backlog that the jitter buffer trims. The drift
+    follower must not take the stall or the trim for drift: before the fix it put back what
+    the trim had dropped (issue 29's run final10b: ~580 samples, +20 ms of latency), here
+    it slips nothing, and nothing underruns after start-up."""
+    import sounddevice as sd
+
+    from qsa.apps.live import LiveOptions, LiveSession
+
+    portaudio_on(pulse, monkeypatch)
+    blk = 160
+    opts = LiveOptions(input_device="pulse", output_device="pulse", channels=1, samplerate=SR)
+    session = LiveSession(enhancer.proc, opts).open()
+    try:
+        enhancer.proc.reset()
+        rng = np.random.default_rng(4)
+        indata = np.zeros((blk, 1), np.float32)
+        outdata = np.zeros((blk, 1), np.float32)
+        ok = sd.CallbackFlags()
+
+        class TimeInfo:
+            currentTime, inputBufferAdcTime, outputBufferDacTime = 10.0, 9.995, 10.03
+
+        ti = TimeInfo()
+        stall = range(1500, 1540)  # 40 blocks at 15 s: no output callback
+        for i in range(6000):  # 60 s
+            ti.currentTime += blk / SR
+            ti.inputBufferAdcTime, ti.outputBufferDacTime = ti.currentTime - 0.005, \
+                ti.currentTime + 0.03  # fmt: skip
+            indata[:, 0] = 0.1 * rng.standard_normal(blk)
+            session._in_callback(indata, blk, ti, ok)
+            session._work_once()
+            if i not in stall:
+                session._out_callback(outdata, blk, ti, ok)
+        assert session.trims >= 1 and session.trimmed >= 30 * blk, session.stats()["xruns"]
+        assert session.slipped == 0
+        assert session.underruns_after_startup == 0
     finally:
         session.close()
 

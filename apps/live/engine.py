@@ -21,10 +21,13 @@ ALSA ``pulse`` plugin's, which move the samples to the server) with them, where 
 Latency bookkeeping: every input sample produces one output sample, so the pipeline (rings,
 hop framing, resamplers) delays the signal by exactly the prefill ``P`` device samples; ``P``
 is the largest deficit of the hop/resampler chain (simulated for these rates and block size)
-plus one block for the callback order plus ``margin_blocks`` blocks for worker jitter. A late
-block (underrun) is played as zeros: the first ones grow the delay (an adaptive jitter
-buffer, up to ``max_growth_ms``: hosts that call back in bursts need it), later ones are
-skipped when they arrive, so the pipeline's share stays ``P + growth``: output sample ``k``
+plus one block for the callback order plus ``margin_blocks`` blocks for worker jitter; the
+jitter buffer (``jitter.JitterPolicy``) scales the last two to the host's burst after the
+first second (PulseAudio calls back two blocks at a time) by growing the delay once. A late
+block (underrun) is played as zeros: the first ones grow the delay (up to ``max_growth_ms``),
+later ones are skipped when they arrive, so the pipeline's share stays ``P + growth``
+(less what backlog trimming dropped, plus the samples slipped to follow the streams' clock
+drift, ``_follow_drift``): output sample ``k``
 (counted from the output stream's start) carries input sample ``k - P - growth``. Each
 callback stores its stream's epoch, the time its sample 0 was (would have been) converted:
 ADC time less the input samples before the block, DAC time less the output samples before
@@ -54,14 +57,19 @@ import numpy as np
 
 from qsa.errors import AudioError, ConfigError, QsaError
 
+from .jitter import JitterPolicy
 from .processors import Processor
 from .ring import SpscRing
+from .trace import CallbackTrace
 
 RESAMPLE_QUALITIES = ("QQ", "LQ", "MQ", "HQ", "VHQ")
 SFC_SET_UPDATE_HEADER_AUTO = 0x1061  # libsndfile: rewrite the WAV header after every write
 STAT_HOPS = 4096  # hop-time / energy history kept for the statistics (~33 s at 8 ms hops)
 HIST_BIN_S = 1e-5  # the whole-session hop-time histogram: 10 us bins up to 100 ms
 HIST_BINS = 10000
+DRIFT_WINDOW_S = 10.0  # clock-drift following: the offset's average over this much output
+DRIFT_STEP_BLOCKS = 4  # a window whose offset spans more than this is a stall, not drift
+DRIFT_MAX_PPM = 1000.0  # the most a window's slips follow (crystals differ by ~10-100 ppm)
 XRUN_LOG = 16  # stream times of the latest xruns kept for the statistics
 
 
@@ -434,14 +442,13 @@ class LiveSession:
         self.startup_device_underflows = 0
         self._played = 0  # samples taken from the output ring (prefill zeros first)
         self._lead = 0  # zeros played before the input stream's first block (not the ring's)
-        # Backlog trimming (_trim_backlog): samples dropped from the output ring after the
-        # output stream fell behind the input stream (a stall), the times it happened, and
-        # the running window of the streams' offset it decides on
-        self.trimmed = 0
-        self.trims = 0
-        self._trim_window = max(sr, 4 * B)  # output frames per decision: 1 s
-        self._win_left = max(sr // 2, 4 * B)  # the first: 0.5 s, in a call's first silence
-        self._win_min = None
+        # The jitter buffer (qsa.apps.live.jitter): the host's burst measured in start-up
+        # and the delay grown once to the design scaled to it; the delay's growth after
+        # underruns (never trimmed back); the backlog an output stall leaves trimmed, with
+        # hysteresis, down to the design, never below it
+        self.jb = JitterPolicy(sr, B, opt.margin_blocks,
+                               max_growth=int(round(opt.max_growth_ms / 1000 * sr)))  # fmt: skip
+        self.underruns_after_startup = 0  # ring underruns once the jitter buffer settled
         # The start-up burst lasts until the host's first callback that comes at least half a
         # block after the one before (on PortAudio's clock or ours). Until then processed
         # samples are held back once the prefill is played (zeros instead, the delay grows by
@@ -453,8 +460,6 @@ class LiveSession:
         self.nonfinite_in = 0  # NaN/Inf input samples replaced by zeros before the model
         self.nonfinite_out = 0  # NaN/Inf output samples replaced by zeros before the device
         self._late = 0  # samples played as zeros that will be skipped when they arrive
-        self.growth = 0  # samples the pipeline delay grew by after shortfalls (<= max_growth)
-        self.max_growth = int(round(opt.max_growth_ms / 1000 * sr))
         self.file_eof = False
         self._xrun_t = np.full(XRUN_LOG, np.nan)  # stream times (s) of the latest xruns
         self._n_xrun_events = 0
@@ -462,6 +467,10 @@ class LiveSession:
         # how long the worker had gone without finishing a pass (our side), in seconds
         self._xrun_gap = np.full(XRUN_LOG, np.nan)
         self._xrun_pa_gap = np.full(XRUN_LOG, np.nan)  # the same gap on PortAudio's clock
+        # the gap before the host's wake-up the xrun came in (a burst's later callbacks come
+        # 0.1 ms apart: their own gap hides a server stall the burst is catching up on)
+        self._xrun_wake_gap = np.full(XRUN_LOG, np.nan)
+        self._wake_gap = 0.0
         self._xrun_worker_quiet = np.full(XRUN_LOG, np.nan)
         self._cb_last = 0.0  # perf_counter at the previous callback
         self._cb_gap = 0.0
@@ -477,6 +486,7 @@ class LiveSession:
         self._out_epoch = np.full(256, np.nan)
         self._in_dev = np.full(256, np.nan)
         self._out_dev = np.full(256, np.nan)
+        self._trace = CallbackTrace.from_env()  # QSA_LIVE_TRACE=PATH: per-callback rows
 
         # worker-owned statistics
         self.hops_done = 0
@@ -486,6 +496,13 @@ class LiveSession:
         self._e_out = np.zeros(STAT_HOPS)
         self._dropped_seen = 0
         self.out_ring_full = 0
+        # clock-drift following (_follow_drift; worker-owned)
+        self.slipped = 0
+        self._slip_todo = 0
+        self._d_sum, self._d_n = 0, 0
+        self._d_t0 = self._d_ref = None
+        self._d_marks = (0, 0)  # the jitter buffer's (trims, growths) at the reference
+        self._d_lo, self._d_hi = 1 << 62, -(1 << 62)  # the offset's range in the window
 
         # resamplers and the file
         q = opt.resample_quality
@@ -683,6 +700,8 @@ class LiveSession:
             self._in_epoch[k] = adc - self._frames_in / self.sr_dev
             self._in_dev[k] = time_info.currentTime - adc
         self._frames_in += frames
+        if self._trace is not None:
+            self._trace.inp_row(self._in_seen_t, time_info.currentTime, frames)
         if self.file_ring is None:
             w = self.in_ring.write(indata)
         else:
@@ -719,7 +738,16 @@ class LiveSession:
                 self.dropped_in += frames - w
                 self._mark_xrun()
         self._frames_out += frames
+        tr = self._trace
+        if tr is None:
+            self._play(outdata, frames)
+            return
+        avail, played = self.out_ring.available(), self._played
         self._play(outdata, frames)
+        tr.out_row(self._cb_last, now, self._frames_in, self._frames_out, avail,
+                   self._played - played, self.growth, self.trimmed, self._late,
+                   self._frames_in - (self._frames_out - self._lead) - self.trimmed,
+                   self.jb.head_min or 0)  # fmt: skip
 
     def _callback(self, indata, outdata, frames, time_info, status):
         """Both halves in one call, as one duplex callback would run them (the tests drive
@@ -733,6 +761,8 @@ class LiveSession:
         now = time.perf_counter()
         self._cb_gap = now - self._cb_last if self._cb_last else 0.0
         self._cb_last = now
+        if max(self._pa_gap, self._cb_gap) >= self._half_block_s:  # a new host wake-up
+            self._wake_gap = max(self._pa_gap, self._cb_gap)
         if self._cb_gap > self.cb_gap_max and self.n_callbacks * self.block > self.sr_dev:
             self.cb_gap_max = self._cb_gap
 
@@ -750,6 +780,7 @@ class LiveSession:
         self._xrun_t[i] = self.n_callbacks * self.block / self.sr_dev
         self._xrun_gap[i] = self._cb_gap
         self._xrun_pa_gap[i] = self._pa_gap
+        self._xrun_wake_gap[i] = self._wake_gap
         beat = self._worker_beat
         self._xrun_worker_quiet[i] = self._cb_last - beat if beat else np.nan
         self._n_xrun_events += 1
@@ -779,68 +810,59 @@ class LiveSession:
             k = min(self._late, ring.available() - frames)
             if k > 0:
                 self._late -= ring.skip(k)
-        if self.in_stream is not None and self._settled:
-            self._trim_backlog(frames)
+        jb = self.jb
         if not self._settled:
             if max(self._pa_gap, self._cb_gap) >= self._half_block_s:
                 self._settled = True
-            elif self._played >= self.prefill and self.growth + frames <= self.max_growth:
+            elif self._played >= self.prefill and jb.grow_before_signal(frames):
                 outdata[:frames] = 0.0  # still the start-up burst: hold the signal back
-                self.growth += frames
                 self.startup_ring_shortfalls += 1
                 return
-        n = ring.read_into(outdata)
         started = self._played > self.prefill  # the signal has reached the device
+        now = self._frames_out - frames  # this block's stream time (samples)
+        zeros = 0
+        if started:  # the jitter buffer: a top-up (zeros first) or a trim (a backlog)
+            wakeup = max(self._pa_gap, self._cb_gap) >= self._half_block_s
+            # the streams' offset: how far the input runs ahead (see jitter.py)
+            d = self._frames_in - (self._frames_out - self._lead) - jb.trimmed + self.slipped
+            zeros, trim = jb.plan(now, ring.available(), frames, wakeup, d)
+            if trim:
+                ring.skip(trim)
+            if zeros:
+                outdata[:zeros] = 0.0
+        n = ring.read_into(outdata[zeros:frames] if zeros else outdata)
         self._played += n
         if not started and self._played > self.prefill:  # its first sample, in this block
             self._t_first_out = self._cb_last  # this callback's perf_counter
             self._cpu_first_out = time.process_time()  # once a session
-        if n < frames:
-            outdata[n:] = 0.0
+        if n < frames - zeros:
+            outdata[zeros + n :] = 0.0
             if started:
                 self.ring_underruns += 1
+                if jb.settled:
+                    self.underruns_after_startup += 1
                 self._mark_xrun()
             else:
                 self.startup_ring_shortfalls += 1
-            short = frames - n
-            # Adaptive jitter buffer: the first shortfalls (a host that calls back in bursts,
-            # a slow start) grow the delay, up to ``max_growth``; beyond it late samples are
-            # skipped so the latency stays bounded.
-            grow = min(short, self.max_growth - self.growth)
-            if grow > 0:
-                self.growth += grow
-                short -= grow
-            self._late += short
+            short = frames - zeros - n
+            # Adaptive jitter buffer: a shortfall (a host that calls back in bursts, a slow
+            # start, a stall) grows the delay, up to ``max_growth``; beyond it late samples
+            # are skipped so the latency stays bounded.
+            self._late += short - jb.shortfall(now, short)
 
-    def _trim_backlog(self, frames: int) -> None:
-        """Drop what the output stream's falling behind left waiting in the output ring.
+    @property
+    def growth(self) -> int:
+        """Samples the pipeline's delay grew by (start-up burst, top-up, underruns)."""
+        return self.jb.growth
 
-        The two streams run on their own: when the output stalls (its callbacks late, the
-        device playing silence) the input keeps delivering, and its samples wait in the rings
-        for good, since the output never plays faster than real time to catch up (a loaded
-        10-minute session ended at 403 ms end-to-end, 270 ms of it this backlog). The
-        offset ``d`` = input frames delivered - output frames played since the input started
-        - frames trimmed is how far the input runs ahead, whatever the worker holds. The
-        pipeline's design has it between -1 block and 0 (one duplex stream: the input half,
-        then the output half; ``P`` holds one block for that order), so its minimum over a
-        window of 1 s of output is the backlog beyond ``P + growth`` that no callback in
-        that window needed. A backlog of at least a block is dropped, oldest samples first
-        (an audible skip, after the stall's own gap), counted in ``trimmed``. The first
-        window is 0.5 s: the input stream starts first, and what it delivered before the
-        output ran, when a block or more, is such a backlog too."""
-        d = self._frames_in - (self._frames_out - self._lead) - self.trimmed
-        if self._win_min is None or d < self._win_min:
-            self._win_min = d
-        self._win_left -= frames
-        if self._win_left > 0:
-            return
-        excess, self._win_min, self._win_left = self._win_min, None, self._trim_window
-        if excess < self.block:
-            return
-        k = min(excess, self.out_ring.available() - frames)  # the rest waits for next time
-        if k > 0:
-            self.trimmed += self.out_ring.skip(k)
-            self.trims += 1
+    @property
+    def trimmed(self) -> int:
+        """Samples of backlog dropped from the output ring (output stalls)."""
+        return self.jb.trimmed
+
+    @property
+    def trims(self) -> int:
+        return self.jb.trims
 
     def _finished(self) -> None:
         self._stream_finished = True
@@ -939,10 +961,61 @@ class LiveSession:
         acc[:rest] = acc[n_hops * hop : self._n_acc]
         self._n_acc = rest
         y = self.rs_out.resample_chunk(outs) if self.rs_out is not None else outs
+        y = self._follow_drift(y)
         if self.out_ring.write(np.ascontiguousarray(y, np.float32)) < len(y):
             self.out_ring_full += 1  # only when the device stopped pulling samples
         if self.recorder is not None:  # after the audio is out: a slow disk only delays this
             self.recorder.push(ins, outs)
+
+    def _follow_drift(self, y: np.ndarray) -> np.ndarray:
+        """Clock drift between the input and the output stream (two devices, or two null
+        sinks: 72 ppm in issue 29's 10-minute session) moves the streams' offset ``d`` a
+        block every ~2 minutes and eats the jitter buffer's reserve. Once start-up is over,
+        the worker averages ``d`` over windows of ``DRIFT_WINDOW_S``; ``v`` = that average +
+        ``slipped``. When ``v`` has moved half a block or more from the first window's, the
+        worker slips single samples at the quietest point of a pass's output (one a pass at
+        most: a repeated sample to stretch, a dropped one to shrink) until it is back, as
+        PulseAudio's loopback steers its resampler; at most ``DRIFT_MAX_PPM`` of a window per
+        window. A window in which the offset jumped (spanning more than ``DRIFT_STEP_BLOCKS``
+        blocks: a stall's backlog) or the jitter buffer trimmed or grew is not drift: the
+        reference is taken again from the next window (so the follower never puts back what a
+        trim dropped). ``slipped`` counts the slips (+ inserted); the delay report and the
+        backlog trim include them."""
+        if not self.jb.settled or self.in_stream is None or len(y) < 2:
+            return y
+        d = self._frames_in - (self._frames_out - self._lead) - self.jb.trimmed
+        self._d_sum += d
+        self._d_n += 1
+        self._d_lo, self._d_hi = min(self._d_lo, d), max(self._d_hi, d)
+        now = self._frames_out
+        if self._d_t0 is None:
+            self._d_t0 = now
+        elif now - self._d_t0 >= DRIFT_WINDOW_S * self.sr_dev:
+            v = self._d_sum / self._d_n + self.slipped
+            span = self._d_hi - self._d_lo
+            self._d_sum, self._d_n, self._d_t0 = 0, 0, now
+            self._d_lo, self._d_hi = 1 << 62, -(1 << 62)
+            marks = (self.jb.trims, self.jb.growths)
+            if marks != self._d_marks or span > DRIFT_STEP_BLOCKS * self.block:
+                # the offset jumped in this window (an output stall's backlog, not yet
+                # trimmed) or the jitter buffer moved it on purpose (a trim, a growth): not
+                # drift. The reference starts again from the next window; otherwise the
+                # follower would put back what a trim dropped (issue 29, run final10b)
+                self._d_marks, self._d_ref, self._slip_todo = marks, None, 0
+            elif self._d_ref is None:
+                self._d_ref = v
+            else:
+                err = v - self._d_ref  # < 0: the output runs ahead of the input
+                cap = max(1, round(DRIFT_MAX_PPM * 1e-6 * DRIFT_WINDOW_S * self.sr_dev))
+                self._slip_todo = (max(-cap, min(cap, -round(err)))
+                                   if abs(err) >= self.block / 2 else 0)  # fmt: skip
+        if self._slip_todo:
+            k = int(np.argmin(np.abs(y)))
+            step = 1 if self._slip_todo > 0 else -1
+            y = np.insert(y, k, y[k]) if step > 0 else np.delete(y, k)
+            self._slip_todo -= step
+            self.slipped += step
+        return y
 
     def _demote_if_slow(self) -> None:
         n = min(self.hops_done, STAT_HOPS, 256)
@@ -964,9 +1037,18 @@ class LiveSession:
         self.worker_priority = raise_thread_priority(5)
         poll = min(0.002, self.block / self.sr_dev / 4)
         try:
+            tr, beat = self._trace, time.perf_counter()
             while not self._stop.is_set():
+                t0, h0 = time.perf_counter(), self.hops_done
                 busy = self._work_once()
                 self._worker_beat = time.perf_counter()
+                if tr is not None and (busy or self._worker_beat - beat > 0.006):
+                    # a busy pass, or an idle one that ended > 6 ms after the previous one
+                    # (a late wake-up: hops -1); the gaps follow from the "t" column
+                    tr.work_row(self._worker_beat, self._worker_beat - t0,
+                                self.hops_done - h0 if busy else -1,
+                                self.out_ring.available())  # fmt: skip
+                beat = self._worker_beat
                 if not busy:
                     time.sleep(poll)
                 elif self.worker_priority == "realtime" and self.hops_done >= 256:
@@ -989,6 +1071,8 @@ class LiveSession:
         gc.collect()
         gc.freeze()
         self._gc_frozen = True
+        if self._trace is not None:
+            gc.callbacks.append(self._trace.gc_callback)
         # The thread that runs the session (the terminal view, --json-stats) takes the GIL
         # too: descheduled while holding it on a busy host (a nice'd process beside a
         # training run waits tens of ms for a core), it stalls the callbacks and the worker
@@ -1059,7 +1143,7 @@ class LiveSession:
         if dev_out is None:
             dev_out = float(self.out_stream.latency) if self.out_stream is not None else 0.0
         e_in, e_out = med(self._in_epoch), med(self._out_epoch)
-        # output sample k carries input sample k - lead - P - growth + trimmed
+        # output sample k carries input sample k - lead - P - growth + trimmed - slipped
         streams = 0.0 if e_in is None or e_out is None else (
             e_out - e_in + (self._lead - self.trimmed) / self.sr_dev - dev_in - dev_out)
         return max(dev_in, 0.0), max(dev_out, 0.0), streams
@@ -1099,6 +1183,11 @@ class LiveSession:
             if self._worker is not None:
                 self._worker.join(timeout=10)
             self._close_files()
+            if getattr(self, "_trace", None) is not None:
+                if self._trace.gc_callback in gc.callbacks:
+                    gc.callbacks.remove(self._trace.gc_callback)
+                with contextlib.suppress(OSError, QsaError):
+                    self._trace.save()
             if getattr(self, "_gc_frozen", False):
                 gc.unfreeze()
                 self._gc_frozen = False
@@ -1138,6 +1227,17 @@ class LiveSession:
         self.close()
 
     # -- statistics ---------------------------------------------------------------------
+    def _jitter_stats(self) -> dict:
+        jb, ms = self.jb, 1000 / self.sr_dev
+
+        def r(v):
+            return None if v is None else round(v * ms, 2)
+
+        return {"startup_end_s": None if jb.startup_end is None
+                else round(jb.startup_end / self.sr_dev, 3),
+                "burst_ms": r(jb.burst), "startup_topup_ms": r(jb.startup_topup),
+                "headroom_min_ms": r(jb.head_min), "growth_events": jb.growths}  # fmt: skip
+
     def _xrun_log(self, values: np.ndarray, scale: float = 1.0, nd: int = 2) -> list:
         """The latest ``XRUN_LOG`` entries of a per-xrun slot array, oldest first."""
         n = self._n_xrun_events
@@ -1155,6 +1255,11 @@ class LiveSession:
             return None
         k = int(np.searchsorted(np.cumsum(self._hop_hist), 0.99 * total))
         return round((k + 1) * HIST_BIN_S * 1000, 3)
+
+    def _session_max_ms(self) -> float | None:
+        """The slowest hop of the whole session (upper edge of its bin; 100 ms: at least)."""
+        nz = np.flatnonzero(self._hop_hist)
+        return round((int(nz[-1]) + 1) * HIST_BIN_S * 1000, 3) if nz.size else None
 
     def startup(self) -> dict:
         """Seconds from the process start (None: not yet, or no /proc) until the processor
@@ -1192,7 +1297,7 @@ class LiveSession:
         dev_in, dev_out, streams = self._latency_parts()
         dev_ms = (dev_in + dev_out) * 1000
         streams_ms = streams * 1000
-        pipe_ms = (self.prefill + self.growth) / self.sr_dev * 1000
+        pipe_ms = (self.prefill + self.growth + self.slipped) / self.sr_dev * 1000
         alg_ms = self.proc.algorithmic_latency_samples / self.sr_model * 1000
         buf_ms = dev_ms + streams_ms + pipe_ms - hop_s * 1000
         return {
@@ -1210,6 +1315,7 @@ class LiveSession:
             "hop_ms_p99": round(float(np.percentile(t, 99)) * 1000, 3),
             "hop_ms_max": round(float(np.max(t)) * 1000, 3),
             "session_hop_ms_p99": self._session_p99_ms(),
+            "session_hop_ms_max": self._session_max_ms(),
             "rtf": round(float(np.mean(t)) / hop_s, 4),
             "latency_ms": {
                 "algorithmic": round(alg_ms, 2),
@@ -1251,15 +1357,24 @@ class LiveSession:
             # had gone without finishing a pass
             "xrun_callback_gap_ms": self._xrun_log(self._xrun_gap, 1000, 1),
             "xrun_portaudio_gap_ms": self._xrun_log(self._xrun_pa_gap, 1000, 1),
+            "xrun_wakeup_gap_ms": self._xrun_log(self._xrun_wake_gap, 1000, 1),
             "xrun_worker_quiet_ms": self._xrun_log(self._xrun_worker_quiet, 1000, 1),
             "callback_gap_ms_max": round(self.cb_gap_max * 1000, 1),
             "restarts": self.restarts,
             # the output ring's backlog dropped after the output stream fell behind the input
-            # stream (_trim_backlog): how often, and how much audio in all
+            # stream (the jitter buffer's trim): how often, and how much audio in all
             "trimmed": {"events": self.trims,
                         "ms": round(self.trimmed / self.sr_dev * 1000, 2)},  # fmt: skip
             "startup_s": self.startup(),  # from the command's launch to enhanced audio
             "jitter_growth_ms": round(self.growth / self.sr_dev * 1000, 2),
+            # the jitter buffer (qsa.apps.live.jitter): start-up ends at startup_end_s of
+            # stream time (None: not yet); the host's usual burst, the one top-up to the
+            # design scaled to it, the ring's lowest headroom since, growth events after
+            # start-up; and the ring's underruns after start-up (issue 29's figure)
+            "jitter_buffer": self._jitter_stats(),
+            # clock drift between the streams followed by slipping single samples: + inserted
+            "drift_slipped_samples": self.slipped,
+            "underruns_after_startup": self.underruns_after_startup,
             "priority": {"callback": self.callback_priority,
                          "input_callback": self.in_callback_priority,
                          "worker": self.worker_priority, "pulse": self.pulse_priority,

@@ -76,7 +76,9 @@ def register(subparsers) -> None:
         metavar="MS",
         help="output buffered ahead against host scheduling jitter (default: one block). A "
         "host that stalls callbacks for G ms and then catches up in a burst underruns unless "
-        "this covers G; it adds MS to the latency",
+        "this covers G; it adds MS to the latency. On a host that calls back several blocks "
+        "at a time (PulseAudio: two), the jitter buffer scales it to that burst after the "
+        "first second (docs/live.md)",
     )
     p.add_argument(
         "--resample-quality",
