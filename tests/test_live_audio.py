@@ -1021,6 +1021,33 @@ def test_output_stall_backlog_is_trimmed(pulse, enhancer, monkeypatch):
         session.close()
 
 
+def _drive_callbacks(session, n, blk, seed, in_skip=lambda i: False, out_skip=lambda i: False):
+    """Run ``n`` blocks through the session's callbacks and worker on a synthetic clock (the
+    device times as PortAudio reports them), input then worker then output each block;
+    ``in_skip(i)`` / ``out_skip(i)``: that block's input / output callback never comes."""
+    import sounddevice as sd
+
+    rng = np.random.default_rng(seed)
+    indata = np.zeros((blk, 1), np.float32)
+    outdata = np.zeros((blk, 1), np.float32)
+    ok = sd.CallbackFlags()
+
+    class TimeInfo:
+        currentTime, inputBufferAdcTime, outputBufferDacTime = 10.0, 9.995, 10.03
+
+    ti = TimeInfo()
+    for i in range(n):
+        ti.currentTime += blk / SR
+        ti.inputBufferAdcTime, ti.outputBufferDacTime = ti.currentTime - 0.005, \
+            ti.currentTime + 0.03  # fmt: skip
+        if not in_skip(i):
+            indata[:, 0] = 0.1 * rng.standard_normal(blk)
+            session._in_callback(indata, blk, ti, ok)
+            session._work_once()
+        if not out_skip(i):
+            session._out_callback(outdata, blk, ti, ok)
+
+
 @pytest.mark.parametrize("follow", [True, False])
 def test_clock_drift_is_followed_by_slipping_samples(pulse, enhancer, monkeypatch, follow):
     """The output stream's clock runs faster than the input's (here 400 ppm: one input
@@ -1029,8 +1056,6 @@ def test_clock_drift_is_followed_by_slipping_samples(pulse, enhancer, monkeypatc
     worker follows it by slipping single samples into the output (``slipped``), so after
     start-up nothing underruns; without following (a window longer than the session) the
     same drift underruns."""
-    import sounddevice as sd
-
     from qsa.apps.live import LiveOptions, LiveSession, engine
 
     portaudio_on(pulse, monkeypatch)
@@ -1041,25 +1066,8 @@ def test_clock_drift_is_followed_by_slipping_samples(pulse, enhancer, monkeypatc
     session = LiveSession(enhancer.proc, opts).open()
     try:
         enhancer.proc.reset()
-        rng = np.random.default_rng(3)
-        indata = np.zeros((blk, 1), np.float32)
-        outdata = np.zeros((blk, 1), np.float32)
-        ok = sd.CallbackFlags()
-
-        class TimeInfo:
-            currentTime, inputBufferAdcTime, outputBufferDacTime = 10.0, 9.995, 10.03
-
-        ti = TimeInfo()
-        n = 10000  # 100 s of output
-        for i in range(n):
-            ti.currentTime += blk / SR
-            ti.inputBufferAdcTime, ti.outputBufferDacTime = ti.currentTime - 0.005, \
-                ti.currentTime + 0.03  # fmt: skip
-            if i % 2500 != 1249:  # the input's clock is slower: this block never comes
-                indata[:, 0] = 0.1 * rng.standard_normal(blk)
-                session._in_callback(indata, blk, ti, ok)
-                session._work_once()
-            session._out_callback(outdata, blk, ti, ok)
+        n = 10000  # 100 s of output; the input's clock is slower: one block in 2500 never comes
+        _drive_callbacks(session, n, blk, 3, in_skip=lambda i: i % 2500 == 1249)
         lost = (n // 2500) * blk
         if follow:
             assert session.underruns_after_startup == 0, session.stats()["xruns"]
@@ -1076,8 +1084,6 @@ def test_drift_following_leaves_a_trimmed_backlog_alone(pulse, enhancer, monkeyp
     follower must not take the stall or the trim for drift: before the fix it put back what
     the trim had dropped (issue 29's run final10b: ~580 samples, +20 ms of latency), here
     it slips nothing, and nothing underruns after start-up."""
-    import sounddevice as sd
-
     from qsa.apps.live import LiveOptions, LiveSession
 
     portaudio_on(pulse, monkeypatch)
@@ -1086,25 +1092,8 @@ def test_drift_following_leaves_a_trimmed_backlog_alone(pulse, enhancer, monkeyp
     session = LiveSession(enhancer.proc, opts).open()
     try:
         enhancer.proc.reset()
-        rng = np.random.default_rng(4)
-        indata = np.zeros((blk, 1), np.float32)
-        outdata = np.zeros((blk, 1), np.float32)
-        ok = sd.CallbackFlags()
-
-        class TimeInfo:
-            currentTime, inputBufferAdcTime, outputBufferDacTime = 10.0, 9.995, 10.03
-
-        ti = TimeInfo()
-        stall = range(1500, 1540)  # 40 blocks at 15 s: no output callback
-        for i in range(6000):  # 60 s
-            ti.currentTime += blk / SR
-            ti.inputBufferAdcTime, ti.outputBufferDacTime = ti.currentTime - 0.005, \
-                ti.currentTime + 0.03  # fmt: skip
-            indata[:, 0] = 0.1 * rng.standard_normal(blk)
-            session._in_callback(indata, blk, ti, ok)
-            session._work_once()
-            if i not in stall:
-                session._out_callback(outdata, blk, ti, ok)
+        # 60 s; 40 blocks at 15 s without an output callback
+        _drive_callbacks(session, 6000, blk, 4, out_skip=lambda i: 1500 <= i < 1540)
         assert session.trims >= 1 and session.trimmed >= 30 * blk, session.stats()["xruns"]
         assert session.slipped == 0
         assert session.underruns_after_startup == 0
