@@ -65,6 +65,11 @@ def register(sub) -> None:
                    help="weight of the spectral-balance loss: the squared band energy of the "
                         "output over the clean target's, in 10 dB units, 200 Hz-7 kHz (0: off;"
                         " keeps a PESQ-driven fine-tune from muffling the speech)")
+    p.add_argument("--distill-weight", type=float, default=0.0,
+                   help="weight of a distillation term: compressed magnitude + complex MSE "
+                        "against a teacher's output for each training item (written first by "
+                        "`python scripts/make_teacher.py CORPUS`, into CORPUS/train/teacher/; "
+                        "items without one skip the term; 0: off)")
     p.add_argument("--max-balance-db", type=float, default=0.0, metavar="DB",
                    help="MODEL.best.qsa keeps no epoch whose validation output leaves +-DB "
                         "per band against the clean speech (0: no gate; 6 as the tests)")
@@ -96,6 +101,7 @@ def run(args) -> int:
         stoi_weight=args.stoi_weight, sisdr_weight=args.sisdr_weight,
         pesq_weight=args.pesq_weight, select=args.select,
         balance_weight=args.balance_weight, max_balance_db=args.max_balance_db,
+        distill_weight=args.distill_weight,
         band_limit=args.band_limit, clean_share=args.clean_share,
         model_set=tuple(args.model_set),
     )

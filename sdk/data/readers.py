@@ -47,6 +47,9 @@ class Pair:
     noisy: Path
     clean: Path | None
     sr: int = DEFAULT_SR
+    # a teacher's enhanced version of ``noisy`` (scripts/make_teacher.py), for distillation;
+    # None when the corpus has none for this item
+    teacher: Path | None = None
 
     def load(self) -> tuple[np.ndarray, np.ndarray | None]:
         """(noisy, clean or None) as mono float32 at ``sr``; a pair is cut to equal length."""
@@ -58,6 +61,16 @@ class Pair:
         clean, _ = read_audio(self.clean, self.sr)
         n = min(len(noisy), len(clean))
         return noisy[:n], clean[:n]
+
+    def load_teacher(self, n: int) -> np.ndarray | None:
+        """The teacher's output as float32 at ``sr``, cut or zero-padded to ``n`` samples
+        (None without a teacher)."""
+        if self.teacher is None:
+            return None
+        from qsa.audio.io import read_audio
+
+        t, _ = read_audio(self.teacher, self.sr)
+        return t[:n] if len(t) >= n else np.pad(t, (0, n - len(t)))
 
 
 class PairSet(Sequence[Pair]):
@@ -246,6 +259,9 @@ def read_synth(root: str | os.PathLike, split: str = "test", sr: int = DEFAULT_S
     for base in (root / split, root):
         if (base / "clean").is_dir() and (base / "noisy").is_dir():
             pairs = _pair_by_name(base / "clean", base / "noisy", sr, kind)
+            if (base / "teacher").is_dir():  # scripts/make_teacher.py wrote one
+                pairs = [dataclasses.replace(p, teacher=base / "teacher" / p.noisy.name)
+                         if (base / "teacher" / p.noisy.name).is_file() else p for p in pairs]
             return PairSet(pairs, kind, base, f"qsa {what} ({base.name})")
     raise QsaError(
         f"{kind}: {root} does not look like a qsa corpus: expected {split}/clean/ and "
@@ -320,7 +336,8 @@ class CropDataset:
     """
 
     def __init__(self, pairs: Sequence[Pair], seconds: float = 2.0, seed: int = 0,
-                 cache: bool = True, band_limit: float = 0.0, clean_share: float = 0.0):
+                 cache: bool = True, band_limit: float = 0.0, clean_share: float = 0.0,
+                 teacher: bool = False):
         if not 0.0 <= band_limit <= 1.0:
             raise QsaError(f"band_limit={band_limit}; expected a probability in 0..1 (0: off)")
         if not 0.0 <= clean_share < 1.0:
@@ -339,7 +356,14 @@ class CropDataset:
         self.seed, self.epoch, self.cache = int(seed), 0, cache
         self.band_limit = float(band_limit)
         self.clean_share = float(clean_share)
-        self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # teacher=True: items are (noisy, clean, teacher, has_teacher); an item without a
+        # teacher file gets zeros and has_teacher False (its distillation term is skipped)
+        self.teacher = bool(teacher)
+        if self.teacher and not any(p.teacher is not None for p in self.pairs):
+            raise QsaError("distillation needs teacher outputs, and no training item has one: "
+                           "write them with `python scripts/make_teacher.py CORPUS` (into "
+                           "CORPUS/train/teacher/) or drop --distill-weight")
+        self._cache: dict[int, tuple[np.ndarray, ...]] = {}
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -351,9 +375,12 @@ class CropDataset:
         if i in self._cache:
             return self._cache[i]
         noisy, clean = self.pairs[i].load()
+        item = (noisy, clean)
+        if self.teacher:
+            item = (noisy, clean, self.pairs[i].load_teacher(len(noisy)))
         if self.cache:
-            self._cache[i] = (noisy, clean)
-        return noisy, clean
+            self._cache[i] = item
+        return item
 
     def crop_offset(self, i: int, n: int) -> int:
         rng = np.random.default_rng([self.seed, self.epoch, i])
@@ -362,18 +389,29 @@ class CropDataset:
     def __getitem__(self, i: int):
         import torch
 
-        noisy, clean = self._load(i)
+        loaded = self._load(i)
+        noisy, clean = loaded[0], loaded[1]
+        teacher = loaded[2] if self.teacher else None
         n, L = len(noisy), self.length
         start = self.crop_offset(i, n)
-        out = np.zeros((2, L), np.float32)  # (noisy|clean, samples)
+        # (noisy | clean [| teacher], samples)
+        out = np.zeros((3 if self.teacher else 2, L), np.float32)
         seg = min(L, n - start)
         out[0, :seg] = noisy[start : start + seg]
         out[1, :seg] = clean[start : start + seg]
+        if teacher is not None:
+            out[2, :seg] = teacher[start : start + seg]
         if self.clean_share > 0 and self.is_clean_crop(i):
             out[0] = out[1]  # clean speech in, the same speech out: no noise to remove
-        if self.band_limit > 0:
+            if self.teacher:
+                out[2] = out[1]
+                teacher = clean
+        if self.band_limit > 0:  # every row through the same capture chain
             out = self._band_limited(i, out)
-        return torch.from_numpy(out[0]), torch.from_numpy(out[1])
+        if not self.teacher:
+            return torch.from_numpy(out[0]), torch.from_numpy(out[1])
+        return (torch.from_numpy(out[0]), torch.from_numpy(out[1]), torch.from_numpy(out[2]),
+                teacher is not None)
 
     def is_clean_crop(self, i: int) -> bool:
         """Whether item ``i`` of this epoch is served without its noise (probability
@@ -399,7 +437,7 @@ class CropDataset:
             import soxr
 
             dev = int(rng.choice([44100, 48000]))
-            up = soxr.resample(out.T, sr, dev, "HQ")  # (n, 2): both signals, one stream each
+            up = soxr.resample(out.T, sr, dev, "HQ")  # (n, rows): each signal one stream
             y = soxr.resample(up, dev, sr, "HQ")[: out.shape[1]].T
         else:
             import scipy.signal as ss

@@ -38,6 +38,7 @@ from qsa.errors import ConfigError, QsaError
 from qsa.fileio import atomic_write_text, ensure_dir
 from qsa.layers import set_quaternion_path
 
+from ..models.discriminator import complex_loss, magnitude_loss
 from ..models.pesq_loss import MIN_SAMPLES as _PESQ_MIN_SAMPLES
 from ..models.pesq_loss import SR as _PESQ_SR
 from .checkpoint import checkpoint_file, load_checkpoint, save_checkpoint
@@ -73,6 +74,9 @@ class TrainConfig:
     sisdr_weight: float = 0.0  # -SI-SDR/10 loss weight (LossConfig.sisdr_weight)
     pesq_weight: float = 0.0  # differentiable PESQ-WB proxy loss weight (LossConfig)
     balance_weight: float = 0.0  # spectral-balance loss weight (LossConfig.balance_weight)
+    # distillation: compressed magnitude + complex MSE (0.9 / 0.1, CMGAN's blend) against a
+    # teacher's enhanced crop (scripts/make_teacher.py); items without a teacher skip it
+    distill_weight: float = 0.0
     max_balance_db: float = 0.0  # >0: MODEL.best.qsa skips epochs whose validation balance
     #                              leaves +-this many dB in some band (0: no gate)
     band_limit: float = 0.0  # share of crops band-limited like a capture chain (CropDataset)
@@ -96,7 +100,7 @@ class TrainConfig:
             raise ConfigError(f"d_warmup={self.d_warmup} trains only the discriminator, which "
                               "metric_gan=False turns off; drop one of them")
         for name in ("mag_weight", "complex_weight", "stoi_weight", "sisdr_weight",
-                     "pesq_weight", "balance_weight"):
+                     "pesq_weight", "balance_weight", "distill_weight"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}={getattr(self, name)}; loss weights must be >= 0 "
                                   "(0 turns the term off)")
@@ -185,10 +189,14 @@ class _Batches:
         start = (step * self.world + self.rank) * self.bs
         idx = [perm[(start + i) % len(perm)] for i in range(self.bs)]
         self.ds.set_epoch(epoch)
-        items = [self.ds[i] for i in idx]  # (noisy (N,), clean (N,)) crops
-        noisy = torch.stack([n for n, _ in items])  # (B, N)
-        clean = torch.stack([c for _, c in items])
-        return noisy, clean
+        items = [self.ds[i] for i in idx]  # (noisy (N,), clean (N,)[, teacher, has]) crops
+        noisy = torch.stack([it[0] for it in items])  # (B, N)
+        clean = torch.stack([it[1] for it in items])
+        if len(items[0]) == 2:
+            return noisy, clean
+        teacher = torch.stack([it[2] for it in items])
+        has = torch.tensor([bool(it[3]) for it in items])
+        return noisy, clean, teacher, has
 
 
 def weights_digest(model: nn.Module) -> str:
@@ -274,7 +282,8 @@ class Trainer:
         # every step's randomness derives from (seed, global step, rank): exact resume
         torch.manual_seed(self.cfg.seed * 1_000_003 + self.state["global_step"] * 31 + self.rank)
 
-    def step(self, noisy: torch.Tensor, clean: torch.Tensor) -> dict[str, float]:
+    def step(self, noisy: torch.Tensor, clean: torch.Tensor, teacher: torch.Tensor | None = None,
+             has_teacher: torch.Tensor | None = None) -> dict[str, float]:
         self._seed_step()
         L = self.losses
         noisy_np, clean_np = noisy.numpy(), clean.numpy()  # the batch arrives on the CPU
@@ -290,6 +299,13 @@ class Trainer:
         c_spec, e_spec = L.spec(clean), L.spec(enh)  # complex (B, F, T)
         if g_on:
             loss_g, parts = L.generator_loss(clean, enh, c_spec, e_spec)
+            if self.cfg.distill_weight > 0 and has_teacher is not None and has_teacher.any():
+                sel = has_teacher.to(self.device)
+                t_spec = L.spec(teacher.to(self.device)[sel])
+                distill = 0.9 * magnitude_loss(t_spec, e_spec[sel]) + 0.1 * complex_loss(
+                    t_spec, e_spec[sel])
+                loss_g = loss_g + self.cfg.distill_weight * distill
+                parts["distill"] = float(distill.detach())
             if metric_on:
                 self.D.requires_grad_(False)  # D is a fixed critic in the generator step
                 d_fake = self.D(L.mag(c_spec), L.mag(e_spec))
@@ -388,8 +404,7 @@ class Trainer:
             ep = self.state["epoch"]
             while (self.state["step_in_epoch"] < spe
                    and self.state["global_step"] < self.total_steps):
-                noisy, clean = self.batches.batch(ep, self.state["step_in_epoch"])
-                m = self.step(noisy, clean)
+                m = self.step(*self.batches.batch(ep, self.state["step_in_epoch"]))
                 self.state["step_in_epoch"] += 1
                 self.state["global_step"] += 1
                 bar.update(1)
@@ -618,7 +633,8 @@ def train_from_config(cfg: TrainConfig, resume: bool = False, progress: bool = T
     except Exception:
         val_set = parse_data_spec(cfg.data, split="test")
     dataset = CropDataset(train_pairs, cfg.segment_seconds, cfg.seed,
-                          band_limit=cfg.band_limit, clean_share=cfg.clean_share)
+                          band_limit=cfg.band_limit, clean_share=cfg.clean_share,
+                          teacher=cfg.distill_weight > 0)
     gen = build_model(model_config(cfg))
     disc = MetricDiscriminator()
     if cfg.init and not resume:
