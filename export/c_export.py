@@ -66,9 +66,10 @@ BATCH_MATMUL, a DEPTHWISE_CONV_2D), qsa_softmax 23K, the rest of the float DSP ~
 constant fused into the exact blocked kernels as an epilogue (its own rounding kept) was tried
 and measured no cheaper.
 
-Fast build (``arith="fast"``), after four rounds of issue-31 tuning (12-07): 855,054 instructions
-per hop on the M4 (M7 858,821), flash 64,992 B (M7 64,984 B), RAM 42,868 B (33,808 + 9,060 stack),
-its Cortex-M output equal to its host build; after round 3 895,704 (M7 895,502), 65,316 B,
+Fast build (``arith="fast"``), after five rounds of issue-31 tuning (12-07 / 12-08): 814,430
+instructions per hop on the M4 (M7 817,818), flash 65,252 B (M7 65,264 B), RAM 42,868 B (33,808 +
+9,060 stack), its Cortex-M output equal to its host build; after round 4 855,054 (M7 858,821),
+64,992 B, 42,868 B; after round 3 895,704 (M7 895,502), 65,316 B,
 40,428 B; after round 2 1,005,550 (M7 1,011,042), 64,824 B, 40,060 B. Measured with ``qsa
 export qcgan-35k --target c --c-arith fast`` (the report's
 ``c.mcu``); the network integers are those of the build before any round (1,155,191 / 1,166,108 per
@@ -101,15 +102,20 @@ the network input's constant row once per hop (-11.4K, -512 B of flash), ``qsa_a
 through VMOV, ``qsa_lnorm``'s constants in registers, ``qsa_softmax``'s CLZ (-5.1K together). The
 exact build on the M4: 1,566,795 per hop, 65,480 B, the same ELF text as before; on the M7 its
 ``qsa_dwconvs`` (the shared tap gathering ``qsa_dw_taps`` / ``qsa_dw4``) is 24 B smaller: 1,579,474
-per hop (was 1,582,598), 65,580 B, its output equal to the host build. That is still 1.27x a 50 %
-load of a 168 MHz M4 (672,000 per hop; 64 % of the core). Round 2, per function (M4, one hop,
-QEMU ``-d exec,nochain`` counts, before the qsa_bmm2 step): qsa_blk4a 315K + qsa_blk4n 38K (the
-MAC loops ~200K at 13 / 15 instructions per 16 MACs, per block of four outputs ~56 of
-requantisation and
-bookkeeping, per unit ~35 of setup), qsa_bmm2 77K, qsa_dwconvs 72K, qsa_xham 53K, qsa_gather4 52K,
-qsa_lnorm 49K, qsa_bmm_hamt 40K, the float DSP ~99K, qsa_addprelu_col 33K, qsa_addg_run 31K,
-qsa_reduce 22K, qsa_softmax 21K, qsa_preluf_col 19K, qsa_mulf 17K, memcpy 16K (after round 3: see
-docs/benchmarks.md).
+per hop (was 1,582,598), 65,580 B, its output equal to the host build. Round 5 (12-08, -40.6K,
+the same integers, PCM bit-identical, the exact build's M4 / M7 text unchanged): ``qsa_reduce``'s
+sums of four unrolled with a shift >= 0 as one SMMLAR (``QSA_REDUCE_C4``, -10.3K),
+``qsa_bmm_hamt``'s columns in assembly (``qsa_hamt_cols``, -9.5K), ``qsa_lnorm``'s groups of
+comps x 3 unrolled (``QSA_LNORM_N3``, -8.8K), ``qsa_bmm2``'s row pairs in assembly with the
+requantisation (``qsa_bmm2_row``, B's columns interleaved in pairs, -8.1K; its B builder four
+rows a turn, -1.4K), ``qsa_logf``'s bits by one VMOV and ``qsa_lut`` four values a turn
+(-2.5K). That is still 1.21x a 50 % load of a 168 MHz M4 (672,000 per hop; 61 % of the core).
+Round 2, per function (M4, one hop, QEMU ``-d exec,nochain`` counts, before the qsa_bmm2 step):
+qsa_blk4a 315K + qsa_blk4n 38K (the MAC loops ~200K at 13 / 15 instructions per 16 MACs, per block
+of four outputs ~56 of requantisation and bookkeeping, per unit ~35 of setup), qsa_bmm2 77K,
+qsa_dwconvs 72K, qsa_xham 53K, qsa_gather4 52K, qsa_lnorm 49K, qsa_bmm_hamt 40K, the float DSP
+~99K, qsa_addprelu_col 33K, qsa_addg_run 31K, qsa_reduce 22K, qsa_softmax 21K, qsa_preluf_col 19K,
+qsa_mulf 17K, memcpy 16K (after round 3: see docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -363,6 +369,8 @@ class _Gen:
         self.hamt_ok: dict[int, tuple[int, tuple]] = {}
         # arith fast: the kernels' general paths some call needs (else compiled out)
         self.general: set[str] = set()
+        # arith fast: the kernels' special paths some call uses (else compiled out)
+        self.special: set[str] = set()
 
     # -- tensors --------------------------------------------------------------------------
     def T(self, i: int) -> Tensor:
@@ -822,6 +830,8 @@ class _Gen:
             raise ExportError(f"layer norm at #{op.index}: shifts {sv}, {sy} beyond qsa_lnorm's "
                               "range; build with arith='exact'")
         lut, _, _ = self._rsqrt_table(rs)
+        if inner == 3:
+            self.special.add("QSA_LNORM_N3")  # the groups of 3 x comps values unrolled
         p = self.params("qsa_lnorm_p", f"{{{groups}, {comps}, {inner}, {kq}, {mv}, {sv}, "
                                        f"{v.zp}, {-r.zp}, {my}, {-sy}, {_rqc(-sy, o.zp)}}}")
         self.body.append(f"  qsa_lnorm({self.ptr(op.outputs[0])}, {self.ptr(m1.inputs[0])}, "
@@ -877,6 +887,8 @@ class _Gen:
             raise ExportError(f"{op.name} #{op.index}: {n_out} outputs, tensor has {o.size}")
         n4, (_, os4) = _merge(list(x.shape), _strides(list(x.shape)), os_)
         self.scratch = max(self.scratch, n_out)
+        if self.fast and n4[2] == 4 and -22 <= s <= 19:
+            self.special.add("QSA_REDUCE_C4")  # sums of 4 (the quaternion components) unrolled
         self.body.append(f"  qsa_reduce({self.ptr(op.outputs[0])}, {self.ptr(op.inputs[0])}, "
                          f"{self.i32s(n4, 'int16_t')}, {self.i32s(os4, 'int16_t')}, {n_out}, "
                          f"{count}, {x.zp}, {m}, {s}, {o.zp}, qsa_acc);")
@@ -1534,6 +1546,8 @@ def generate_c(tflite_path: str | os.PathLike, out_dir: str | os.PathLike,
             for d in ("QSA_CONVX_W4_ONLY", "QSA_PRELUF_COLS_ONLY", "QSA_FCX_ROWS4_ONLY")
             if d not in gen.general]
            if fast else []),
+         *([f"#define {d} 1 /* a call uses the kernel's special path */"
+            for d in sorted(gen.special)] if fast else []),
          '#include "qsa_nn.h"', "",
          "#ifdef QSA_PROFILE /* per-op timing hook: the profiler defines qsa_mark(op) */",
          "extern void qsa_mark(int op);", "#define QSA_MARK(k) qsa_mark(k)", "#else",
@@ -1817,7 +1831,11 @@ def generate_dsp(step, net: CNetwork, out_dir: str | os.PathLike) -> list[Path]:
             "  uint32_t u;",
             "  float m, s, s2, p;",
             "  int e;",
+            "#if defined(__GNUC__) && defined(__arm__) && defined(__ARM_FP) && (__ARM_FP & 4)",
+            '  __asm__("vmov %0, %1" : "=r"(u) : "t"(x)); /* GCC went through the stack */',
+            "#else",
             "  memcpy(&u, &x, sizeof u);",
+            "#endif",
             "  e = (int)((u >> 23) & 0xFF) - 127;",
             "  u = (u & 0x007FFFFFu) | 0x3F800000u; /* m in [1, 2) */",
             "  memcpy(&m, &u, sizeof m);"] if fast else

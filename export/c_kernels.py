@@ -89,8 +89,14 @@ pixel (``qsa_dwpix``: 11 instructions per tap and four channels, the requantisat
 ``qsa_addprelu`` / ``qsa_preluf`` run their columns in assembly (``qsa_addprelu_cola``,
 ``qsa_preluf_cola``); ``qsa_bmm2`` requantises as ``qsa_rqa``; ``qsa_softmax`` counts leading
 zeros with CLZ. Both builds share ``qsa_dw_taps`` (an output pixel's tap rows) and the exact
-build's ``qsa_dwconvs`` its four-channel dot product ``qsa_dw4``. Without ``QSA_ARITH_FAST``
-none of the fast kernels is compiled.
+build's ``qsa_dwconvs`` its four-channel dot product ``qsa_dw4``. Round 5 (12-08, the same
+integers): ``qsa_bmm2`` keeps B's columns in interleaved pairs like A's rows and runs a row
+pair's passes with their requantisations in assembly (``qsa_bmm2_row``), building B's pairs
+four rows a turn; ``qsa_bmm_hamt`` one
+batch's columns in assembly (``qsa_hamt_cols``); special paths the exporter switches on where a
+call uses them (``QSA_REDUCE_C4``: sums of four unrolled, a shift >= 0 as one SMMLAR;
+``QSA_LNORM_N3``: layer norms of comps x 3 unrolled); ``qsa_lut`` four values a turn. Without
+``QSA_ARITH_FAST`` none of the fast kernels is compiled.
 """
 
 QSA_NN_H = r"""/* qsa_nn.h: int8 kernels of a `qsa export --target c` network (generated; see
@@ -361,6 +367,14 @@ static void qsa_prelu(int8_t *restrict out, const int8_t *x, const int8_t *alpha
 /* int8 -> int8 through a 256-entry table indexed by (uint8_t)x (LOGISTIC) */
 static void qsa_lut(int8_t *restrict out, const int8_t *x, int32_t n, const int8_t lut[256]) {
   int32_t i;
+#ifdef QSA_ARITH_FAST
+  for (; n >= 4; n -= 4, x += 4, out += 4) { /* four a turn (12-08 round 5) */
+    out[0] = lut[(uint8_t)x[0]];
+    out[1] = lut[(uint8_t)x[1]];
+    out[2] = lut[(uint8_t)x[2]];
+    out[3] = lut[(uint8_t)x[3]];
+  }
+#endif
   for (i = 0; i < n; ++i) out[i] = lut[(uint8_t)x[i]];
 }
 
@@ -1232,6 +1246,95 @@ typedef struct {
  * other expansions with qsa_bmm_ham's own layout, so one kernel): the value of batch b, row i,
  * column j = j1 n2 + j2 to out + b bs + (i / 4) r1 + (i % 4) r2 + j1 s1 + j2 s2 (qsa_bmm_ham's
  * layout: bs 16 n, r1 4 n, r2 n, n2 n, s2 1). Same integers as qsa_bmm_ham. */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__thumb2__)
+/* On the DSP extension one batch's columns are one assembly loop (12-08 round 5; GCC spilled
+ * the pointers and constants: ~95 instructions a column, now ~70): per column the four
+ * components (B + b_off) q2 as one MLA each, four qsa_rqf, three saturated negations, the
+ * 16 stores (row r at col + (r / 4) r1 + (r % 4) r2). The same integers as the C below. */
+typedef struct {
+  const int8_t *b;        /* 0: B, column j (advanced) */
+  int32_t n;              /* 4: N (B's component stride) */
+  int32_t q2, bq;         /* 8: 2 q, b_off 2 q */
+  int32_t m, c;           /* 16: qsa_rqf's m, c */
+  int32_t e, zz;          /* 24: its shift, 2 off */
+  int32_t r1, r2;         /* 32: out's strides of r / 4, r % 4 */
+  int8_t *col;            /* 40: column j's first output */
+  int8_t *grp;            /* 44: its group's */
+  int32_t s1, s2;         /* 48: next group, next column in the group */
+  int32_t n2;             /* 56: columns a group */
+  const int8_t *bend;     /* 60: B after the last column */
+} qsa_hmc;
+#define QSA_RQF1(v)                                                                     \
+  "add %[x], %[n], " v ", asr #31\n\tsmmlar " v ", " v ", %[t], %[x]\n\t"              \
+  "asr " v ", " v ", %[b]\n\tssat " v ", #8, " v "\n\t"
+#define QSA_ST4(a, b_, c_, d)                                                           \
+  "strb " a ", [%[b]]\n\tstrb " b_ ", [%[b], %[n]]\n\tstrb " c_ ", [%[b], %[n], lsl #1]\n\t" \
+  "add %[x], %[b], %[n], lsl #1\n\tstrb " d ", [%[x], %[n]]\n\t"
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void qsa_hamt_cols(qsa_hmc *s) {
+  uint32_t b, n, t, x, v0, v1, v2, v3, n1, n2, n3, g, k2;
+  __asm volatile(
+      "ldr %[g], [%[s], #40]\n\tmovs %[k2], #0\n"
+      "1:\n\t"
+      "ldrd %[b], %[n], [%[s]]\n\tldrsb %[v1], [%[b], %[n]]\n\t"
+      "add %[t], %[b], %[n], lsl #1\n\tldrsb %[v2], [%[t]]\n\tldrsb %[v3], [%[t], %[n]]\n\t"
+      "ldrsb %[v0], [%[b]], #1\n\tstr %[b], [%[s]]\n\t"
+      "ldrd %[t], %[n], [%[s], #8]\n\t"
+      "mla %[v0], %[v0], %[t], %[n]\n\tmla %[v1], %[v1], %[t], %[n]\n\t"
+      "mla %[v2], %[v2], %[t], %[n]\n\tmla %[v3], %[v3], %[t], %[n]\n\t"
+      "ldrd %[t], %[n], [%[s], #16]\n\tldr %[b], [%[s], #24]\n\t"
+      QSA_RQF1("%[v0]") QSA_RQF1("%[v1]") QSA_RQF1("%[v2]") QSA_RQF1("%[v3]")
+      "ldr %[t], [%[s], #28]\n\t"
+      "sub %[n1], %[t], %[v1]\n\tssat %[n1], #8, %[n1]\n\t"
+      "sub %[n2], %[t], %[v2]\n\tssat %[n2], #8, %[n2]\n\t"
+      "sub %[n3], %[t], %[v3]\n\tssat %[n3], #8, %[n3]\n\t"
+      "ldrd %[t], %[n], [%[s], #32]\n\tmov %[b], %[g]\n\t"
+      QSA_ST4("%[v0]", "%[n1]", "%[n2]", "%[n3]") "add %[b], %[b], %[t]\n\t"
+      QSA_ST4("%[v1]", "%[v0]", "%[v3]", "%[n2]") "add %[b], %[b], %[t]\n\t"
+      QSA_ST4("%[v2]", "%[n3]", "%[v0]", "%[v1]") "add %[b], %[b], %[t]\n\t"
+      QSA_ST4("%[v3]", "%[v2]", "%[n1]", "%[v0]")
+      "ldr %[t], [%[s], #56]\n\tadds %[k2], %[k2], #1\n\tcmp %[k2], %[t]\n\tbeq 5f\n\t"
+      "ldr %[x], [%[s], #52]\n\tadd %[g], %[g], %[x]\n\tb 6f\n"
+      "5:\n\t"
+      "movs %[k2], #0\n\tldrd %[t], %[x], [%[s], #44]\n\tadd %[g], %[t], %[x]\n\t"
+      "str %[g], [%[s], #44]\n"
+      "6:\n\t"
+      "ldr %[t], [%[s], #60]\n\tldr %[b], [%[s]]\n\tcmp %[b], %[t]\n\tbne 1b\n\t"
+      : [b] "=&r"(b), [n] "=&r"(n), [t] "=&r"(t), [x] "=&r"(x), [v0] "=&r"(v0),
+        [v1] "=&r"(v1), [v2] "=&r"(v2), [v3] "=&r"(v3), [n1] "=&r"(n1), [n2] "=&r"(n2),
+        [n3] "=&r"(n3), [g] "=&r"(g), [k2] "=&r"(k2)
+      : [s] "r"(s)
+      : "cc", "memory");
+}
+#undef QSA_RQF1
+#undef QSA_ST4
+
+static void qsa_bmm_hamt(int8_t *restrict out, const int8_t *B, const qsa_hamt_p *p) {
+  int32_t b;
+  qsa_hmc s;
+  s.n = p->n;
+  s.q2 = p->q2;
+  s.bq = p->b_off * p->q2;
+  s.m = p->m;
+  s.e = p->e;
+  s.c = qsa_rqc(s.e, p->off);
+  s.zz = 2 * p->off;
+  s.r1 = p->r1;
+  s.r2 = p->r2;
+  s.s1 = p->s1;
+  s.s2 = p->s2;
+  s.n2 = p->n2;
+  if (s.n > 0)
+    for (b = 0; b < p->nb; ++b, B += p->b_bs, out += p->bs) {
+      s.b = B;
+      s.bend = B + s.n;
+      s.col = s.grp = out;
+      qsa_hamt_cols(&s);
+    }
+}
+#else
 static void qsa_bmm_hamt(int8_t *restrict out, const int8_t *B, const qsa_hamt_p *p) {
   int32_t b, j, j2;
   const int32_t N = p->n, n2 = p->n2, s1 = p->s1, s2 = p->s2, r1 = p->r1, r2 = p->r2;
@@ -1260,6 +1363,7 @@ static void qsa_bmm_hamt(int8_t *restrict out, const int8_t *B, const qsa_hamt_p
     }
   }
 }
+#endif
 #endif
 
 /* FULLY_CONNECTED with constant weights (zero point 0, depth a multiple of 4), the fast
@@ -1662,8 +1766,73 @@ static inline uint32_t qsa_pkt16(uint32_t lo, uint32_t hi) {
 /* the fast build's qsa_bmm2 (the same integers): K padded with zeros to Kp, a multiple of 4
  * ((M + M % 2) Kp <= 640, Kp <= 128); A + a_off as int16 in pairs of rows, four k of row i
  * then the same four of row i + 1 (an odd M: a zero row last), so one pointer walks both;
- * B + b_off as columns of Kp halfwords (blocks of 256); then 2 x 2 outputs per pass, per
- * four k 4 LDRD + 8 SMLAD on the DSP extension (14 instructions per 16 MACs, were 20). */
+ * B + b_off as int16 columns in pairs the same way (column j's four k, then column j + 1's;
+ * blocks of 256 halfwords); then 2 x 2 outputs per pass, per four k 4 LDRD + 8 SMLAD on the
+ * DSP extension (14 instructions per 16 MACs, were 20). 12-08 round 5: a row pair's passes
+ * over the column pairs and their requantisations (qsa_rqa) one assembly loop
+ * (qsa_bmm2_row; GCC spilled the pass's constants), an odd column count's last column in C. */
+/* two words a, b to the bytes at (char *)p + off (one STRD on the DSP extension) */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__thumb2__)
+#define QSA_STD8(p, off, a, b) \
+  __asm volatile("strd %1, %2, [%0, %3]" : : "r"(p), "r"(a), "r"(b), "i"(off) : "memory")
+#else
+#define QSA_STD8(p, off, a, b)                                                         \
+  do {                                                                                 \
+    const uint32_t a_ = (a), b_ = (b);                                                 \
+    memcpy((char *)(p) + (off), &a_, 4);                                               \
+    memcpy((char *)(p) + (off) + 4, &b_, 4);                                           \
+  } while (0)
+#endif
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__thumb2__)
+typedef struct {
+  const int16_t *ra;      /* 0: rows i, i + 1 (interleaved) */
+  int32_t kb;             /* 4: their bytes (4 Kp) */
+  int32_t m2, e, c;       /* 8: qsa_rqa's constants */
+  int8_t *o;              /* 20: the pass's first output */
+  int32_t n;              /* 24: N, the output row stride */
+  int32_t two;            /* 28: row i + 1 exists */
+  int8_t *oend;           /* 32: o after the last column pair */
+  const int16_t *q;       /* 36: the first column pair */
+} qsa_bm2c;
+#define QSA_RQA1(a)                                                                     \
+  "add %[x1], %[z0], " a "\n\tadd %[x1], %[x1], " a ", asr #31\n\t"                     \
+  "smmlar " a ", " a ", %[y0], %[x1]\n\tasr " a ", " a ", %[y1]\n\tssat " a ", #8, " a "\n\t"
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static void qsa_bmm2_row(qsa_bm2c *s) {
+  uint32_t s00, s01, s10, s11, pr, pe, q, x0, x1, y0, y1, z0, z1;
+  __asm volatile(
+      "ldrd %[pe], %[x0], [%[s]]\n\tadd %[pe], %[pe], %[x0]\n\tldr %[q], [%[s], #36]\n"
+      "1:\n\t"
+      "ldr %[x0], [%[s], #4]\n\tsub %[pr], %[pe], %[x0]\n\t"
+      "movs %[s00], #0\n\tmovs %[s01], #0\n\tmovs %[s10], #0\n\tmovs %[s11], #0\n"
+      "2:\n\t"
+      "ldrd %[y0], %[y1], [%[q]], #8\n\tldrd %[z0], %[z1], [%[q]], #8\n\t"
+      "ldrd %[x0], %[x1], [%[pr]], #8\n\t"
+      "smlad %[s00], %[x0], %[y0], %[s00]\n\tsmlad %[s00], %[x1], %[y1], %[s00]\n\t"
+      "smlad %[s01], %[x0], %[z0], %[s01]\n\tsmlad %[s01], %[x1], %[z1], %[s01]\n\t"
+      "ldrd %[x0], %[x1], [%[pr]], #8\n\t"
+      "smlad %[s10], %[x0], %[y0], %[s10]\n\tsmlad %[s10], %[x1], %[y1], %[s10]\n\t"
+      "smlad %[s11], %[x0], %[z0], %[s11]\n\tsmlad %[s11], %[x1], %[z1], %[s11]\n\t"
+      "cmp %[pr], %[pe]\n\tbne 2b\n\t"
+      "ldrd %[y0], %[y1], [%[s], #8]\n\tldr %[z0], [%[s], #16]\n\t"
+      QSA_RQA1("%[s00]") QSA_RQA1("%[s01]") QSA_RQA1("%[s10]") QSA_RQA1("%[s11]")
+      "ldrd %[x0], %[pr], [%[s], #20]\n\t"
+      "strb %[s00], [%[x0]]\n\tstrb %[s01], [%[x0], #1]\n\t"
+      "ldr %[z1], [%[s], #28]\n\tcmp %[z1], #0\n\tbeq 3f\n\t"
+      "add %[x1], %[x0], %[pr]\n\tstrb %[s10], [%[x0], %[pr]]\n\tstrb %[s11], [%[x1], #1]\n"
+      "3:\n\t"
+      "adds %[x0], %[x0], #2\n\tstr %[x0], [%[s], #20]\n\t"
+      "ldr %[x1], [%[s], #32]\n\tcmp %[x0], %[x1]\n\tbne 1b\n\t"
+      : [s00] "=&r"(s00), [s01] "=&r"(s01), [s10] "=&r"(s10), [s11] "=&r"(s11),
+        [pr] "=&r"(pr), [pe] "=&r"(pe), [q] "=&r"(q), [x0] "=&r"(x0), [x1] "=&r"(x1),
+        [y0] "=&r"(y0), [y1] "=&r"(y1), [z0] "=&r"(z0), [z1] "=&r"(z1)
+      : [s] "r"(s)
+      : "cc", "memory");
+}
+#undef QSA_RQA1
+#endif
 static void qsa_bmm2(int8_t *restrict out, const int8_t *A, int32_t a_off, const int8_t *B,
                      int32_t b_off, int32_t nb, int32_t a_bs, int32_t b_bs, int32_t M, int32_t K,
                      int32_t N, int32_t mult, int32_t e, int32_t out_off) {
@@ -1672,6 +1841,14 @@ static void qsa_bmm2(int8_t *restrict out, const int8_t *A, int32_t a_off, const
   const int32_t Kp = (K + 3) & ~3, c = qsa_rqc(e, out_off);
   const int32_t NC = (256 / Kp) & ~1, m2 = (int32_t)((uint32_t)mult << 1);
   const uint32_t bo2 = (uint32_t)(uint16_t)b_off * 0x10001u;
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__thumb2__)
+  qsa_bm2c s;
+  s.kb = 4 * Kp;
+  s.m2 = m2;
+  s.e = e;
+  s.c = c;
+  s.n = N;
+#endif
   for (b = 0; b < nb; ++b) {
     const int8_t *pa = A + b * a_bs, *pb = B + b * b_bs;
     int8_t *po = out + b * M * N;
@@ -1690,83 +1867,77 @@ static void qsa_bmm2(int8_t *restrict out, const int8_t *A, int32_t a_off, const
     }
     for (j0 = 0; j0 < N; j0 += NC) {
       const int32_t nc = QSA_MIN(NC, N - j0);
-      if (nc % 4 == 0) { /* two rows of B by four columns a turn: 2 words in, 4 (k, k + 1)
-                          * pairs out (SXTB16, PKHBT / PKHTB); an odd K's last row as (b, 0) */
-        for (k = 0; k < K; k += 2) {
-          const int8_t *p0 = pb + k * N + j0, *p1 = p0 + N;
-          int16_t *q = c16 + k;
-          for (j = 0; j < nc; j += 4, p0 += 4, p1 += 4, q += 4 * Kp) {
-            uint32_t v0, v1 = 0, a02, b02, a13, b13, t;
-            memcpy(&v0, p0, 4);
-            if (k + 1 < K) memcpy(&v1, p1, 4);
-            a02 = qsa_x16(v0);
-            b02 = qsa_x16(v1);
-            a13 = qsa_x16r8(v0);
-            b13 = qsa_x16r8(v1);
-            t = qsa_add16(qsa_pk16((int32_t)a02, (int32_t)b02), bo2);
-            if (k + 1 >= K) t &= 0xFFFFu; /* the padding k: 0, not b_off */
-            memcpy(q, &t, 4);
-            t = qsa_add16(qsa_pk16((int32_t)a13, (int32_t)b13), bo2);
-            if (k + 1 >= K) t &= 0xFFFFu;
-            memcpy(q + Kp, &t, 4);
-            t = qsa_add16(qsa_pkt16(a02, b02), bo2);
-            if (k + 1 >= K) t &= 0xFFFFu;
-            memcpy(q + 2 * Kp, &t, 4);
-            t = qsa_add16(qsa_pkt16(a13, b13), bo2);
-            if (k + 1 >= K) t &= 0xFFFFu;
-            memcpy(q + 3 * Kp, &t, 4);
-          }
+      /* c16[(j / 2) 2 Kp + (k / 4) 8 + (j % 2) 4 + k % 4] = B[k][j0 + j] + b_off: four rows of
+       * B by four columns a turn (12-08 round 5): 4 words in, a column's four k as two words
+       * stored by one STRD (SXTB16, PKHBT / PKHTB, SADD16); the rows of the last, partial
+       * quad of k and the padding value by value */
+      const int32_t kf = nc % 4 == 0 ? K & ~3 : 0;
+      for (k = 0; k < kf; k += 4) {
+        const int8_t *p0 = pb + k * N + j0;
+        int16_t *q = c16 + (k >> 2) * 8;
+        for (j = 0; j < nc; j += 4, p0 += 4, q += 4 * Kp) {
+          int16_t *q2 = q + 2 * Kp;
+          uint32_t v0, v1, v2, v3, a0, a1, a2, a3;
+          memcpy(&v0, p0, 4);
+          memcpy(&v1, p0 + N, 4);
+          memcpy(&v2, p0 + 2 * N, 4);
+          memcpy(&v3, p0 + 3 * N, 4);
+          a0 = qsa_x16(v0); /* columns j (low halves), j + 2 (high) */
+          a1 = qsa_x16(v1);
+          a2 = qsa_x16(v2);
+          a3 = qsa_x16(v3);
+          QSA_STD8(q, 0, qsa_add16(qsa_pk16((int32_t)a0, (int32_t)a1), bo2),
+                   qsa_add16(qsa_pk16((int32_t)a2, (int32_t)a3), bo2));
+          QSA_STD8(q2, 0, qsa_add16(qsa_pkt16(a0, a1), bo2), qsa_add16(qsa_pkt16(a2, a3), bo2));
+          a0 = qsa_x16r8(v0); /* columns j + 1, j + 3 */
+          a1 = qsa_x16r8(v1);
+          a2 = qsa_x16r8(v2);
+          a3 = qsa_x16r8(v3);
+          QSA_STD8(q, 8, qsa_add16(qsa_pk16((int32_t)a0, (int32_t)a1), bo2),
+                   qsa_add16(qsa_pk16((int32_t)a2, (int32_t)a3), bo2));
+          QSA_STD8(q2, 8, qsa_add16(qsa_pkt16(a0, a1), bo2), qsa_add16(qsa_pkt16(a2, a3), bo2));
         }
-        for (k = (K + 1) & ~1; k < Kp; k += 2) /* the padding pairs */
-          for (j = 0; j < nc; ++j) memset(c16 + j * Kp + k, 0, 4);
-      } else {
-        for (j = 0; j < nc; ++j)
-          for (k = 0; k < Kp; ++k)
-            c16[j * Kp + k] = (int16_t)(k < K ? pb[k * N + j0 + j] + b_off : 0);
       }
+      for (j = 0; j < nc; ++j)
+        for (k = kf; k < Kp; ++k)
+          c16[(j >> 1) * 2 * Kp + (k >> 2) * 8 + (j & 1) * 4 + (k & 3)] =
+              (int16_t)(k < K ? pb[k * N + j0 + j] + b_off : 0);
       for (i = 0; i < M; i += 2) {
         const int16_t *ra = a16 + i * Kp; /* rows i and i + 1, interleaved by four k */
         const int32_t two = i + 1 < M;
         int8_t *o = po + i * N + j0;
-        for (j = 0; j < nc; j += 2, o += 2) {
-          const int32_t j1 = j + 1 < nc ? j + 1 : j;
-          const int16_t *q0 = c16 + j * Kp, *q1 = c16 + j1 * Kp;
-          int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0;
+        j = 0;
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__thumb2__)
-          {
-            const int16_t *pr = ra, *qa = q0, *qb = q1, *qend = q0 + Kp;
-            uint32_t x0, x1, y0, y1, z0, z1;
-            __asm volatile(
-                "1:\n\t"
-                "ldrd %[y0], %[y1], [%[qa]], #8\n\t"
-                "ldrd %[z0], %[z1], [%[qb]], #8\n\t"
-                "ldrd %[x0], %[x1], [%[pr]], #8\n\t"
-                "smlad %[s00], %[x0], %[y0], %[s00]\n\tsmlad %[s00], %[x1], %[y1], %[s00]\n\t"
-                "smlad %[s01], %[x0], %[z0], %[s01]\n\tsmlad %[s01], %[x1], %[z1], %[s01]\n\t"
-                "ldrd %[x0], %[x1], [%[pr]], #8\n\t"
-                "smlad %[s10], %[x0], %[y0], %[s10]\n\tsmlad %[s10], %[x1], %[y1], %[s10]\n\t"
-                "smlad %[s11], %[x0], %[z0], %[s11]\n\tsmlad %[s11], %[x1], %[z1], %[s11]\n\t"
-                "cmp %[qa], %[qend]\n\tbne 1b\n\t"
-                : [s00] "+r"(s00), [s01] "+r"(s01), [s10] "+r"(s10), [s11] "+r"(s11),
-                  [pr] "+r"(pr), [qa] "+r"(qa), [qb] "+r"(qb), [x0] "=&r"(x0), [x1] "=&r"(x1),
-                  [y0] "=&r"(y0), [y1] "=&r"(y1), [z0] "=&r"(z0), [z1] "=&r"(z1)
-                : [qend] "r"(qend)
-                : "cc", "memory");
-          }
-#else
-          for (k = 0; k < Kp; ++k) {
-            const int32_t x0 = ra[(k >> 2) * 8 + (k & 3)], x1 = ra[(k >> 2) * 8 + 4 + (k & 3)];
-            s00 += x0 * q0[k];
-            s01 += x0 * q1[k];
-            s10 += x1 * q0[k];
-            s11 += x1 * q1[k];
-          }
+        if (nc >= 2) {
+          s.ra = ra;
+          s.o = o;
+          s.two = two;
+          s.oend = o + (nc & ~1);
+          s.q = c16;
+          qsa_bmm2_row(&s);
+          j = nc & ~1;
+          o += j;
+        }
 #endif
+        for (; j < nc; j += 2, o += 2) {
+          const int32_t j1 = j + 1 < nc;
+          const int16_t *q0 = c16 + j * Kp; /* columns j and j + 1, interleaved by four k */
+          int32_t s00 = 0, s01 = 0, s10 = 0, s11 = 0;
+          for (k = 0; k < Kp; ++k) {
+            const int32_t at = (k >> 2) * 8 + (k & 3);
+            const int32_t x0 = ra[at], x1 = ra[at + 4];
+            s00 += x0 * q0[at];
+            s10 += x1 * q0[at];
+            if (j1) {
+              s01 += x0 * q0[at + 4];
+              s11 += x1 * q0[at + 4];
+            }
+          }
           o[0] = qsa_rqa(s00, m2, e, c); /* qsa_rqf(2 s, mult, e, c): |s| < 2^30 */
-          if (j1 != j) o[1] = qsa_rqa(s01, m2, e, c);
+          if (j1) o[1] = qsa_rqa(s01, m2, e, c);
           if (two) {
             o[N] = qsa_rqa(s10, m2, e, c);
-            if (j1 != j) o[N + 1] = qsa_rqa(s11, m2, e, c);
+            if (j1) o[N + 1] = qsa_rqa(s11, m2, e, c);
           }
         }
       }
@@ -2397,6 +2568,15 @@ static void qsa_lnorm(int8_t *restrict out, const int8_t *x, const int8_t lut[25
     const int8_t *px = x;
     uint32_t q = 0;
     int32_t r;
+#ifdef QSA_LNORM_N3
+    if (N == 3) /* groups of comps x 3 (12-08 round 5): the inner loops unrolled */
+      for (c = 0; c < C; ++c, px += 3) {
+        const int32_t a = px[0], b = px[1], d = px[2], sum = a + b + d;
+        sr[c] = sum;
+        q += 9u * (uint32_t)(a * a + b * b + d * d) - 3u * (uint32_t)(sum * sum);
+      }
+    else
+#endif
     for (c = 0; c < C; ++c) {
       int32_t sum = 0, sq = 0;
       for (i = 0; i < N; ++i, ++px) {
@@ -2408,6 +2588,18 @@ static void qsa_lnorm(int8_t *restrict out, const int8_t *x, const int8_t lut[25
     }
     r = 2 * (lut[(uint8_t)qsa_sat8(qsa_mbqm((int32_t)(q >> p->kq), p->mv, p->sv) + p->v_off)]
              + p->r_off);
+#ifdef QSA_LNORM_N3
+    if (N == 3) {
+      const int32_t nr = 3 * r;
+      for (c = 0, px = x; c < C; ++c, px += 3, out += 3) {
+        const int32_t snr = -sr[c] * r;
+        out[0] = qsa_rqf(px[0] * nr + snr, my, ey, cy);
+        out[1] = qsa_rqf(px[1] * nr + snr, my, ey, cy);
+        out[2] = qsa_rqf(px[2] * nr + snr, my, ey, cy);
+      }
+      continue;
+    }
+#endif
     for (c = 0, px = x; c < C; ++c) {
       const int32_t nr = N * r, snr = -sr[c] * r;
       const int8_t *end = px + N;
@@ -2596,6 +2788,21 @@ static void qsa_reduce(int8_t *restrict out, const int8_t *x, const int16_t n[4]
     const int32_t n2 = n[2], n3 = n[3], fast = s <= -1 && s >= -22;
     const int32_t c0 = fast ? qsa_rqc(-s, out_zp) : 0, zc = in_zp * count;
     (void)n_out;
+#ifdef QSA_REDUCE_C4
+    if (n2 == 4 && s <= 19 && s >= -22) {
+      /* the quaternion components' sums (12-08 round 5): unrolled, and for a shift s >= 0
+       * (|sum| <= 2^10) srdhm(sum 2^s, m) + off as SMMLAR(sum 2^(s + 1), m, off) (gemmlowp's
+       * nudge rounds the halves up, as SMMLAR does), else qsa_rqf */
+      const int32_t ls = s >= 0 ? s + 1 : 1, k = s >= 0 ? 0 : -1, e2 = s >= 0 ? 0 : -s;
+      const int32_t cz = s >= 0 ? out_zp : c0;
+      for (a = 0; a < n[0] * n[1]; ++a, x += 3 * n3)
+        for (d = 0; d < n3; ++d, ++x) {
+          const int32_t v = (x[0] + x[n3] + x[2 * n3] + x[3 * n3] - zc) * ((int32_t)1 << ls);
+          *out++ = qsa_ssat8(qsa_smmlar(v, m, cz + ((v >> 31) & k)) >> e2);
+        }
+      return;
+    }
+#endif
     for (a = 0; a < n[0] * n[1]; ++a, x += n2 * n3)
       for (d = 0; d < n3; ++d) {
         const int8_t *px = x + d;

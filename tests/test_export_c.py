@@ -935,6 +935,22 @@ int main(void) {
     }
     printf("preluf %d\n", bad);
   }
+  hsh = 2166136261u; /* round 5: qsa_lnorm (groups of comps x 3 unrolled by QSA_LNORM_N3) */
+  for (t = 0; t < 40; ++t) {
+    static int8_t lut[256];
+    qsa_lnorm_p q;
+    const int G = 1 + rnd(17), C = 1 + rnd(4), N = t % 4 ? 3 : 1 + rnd(20), off = rnd(256) - 128;
+    q.groups = (int16_t)G; q.comps = (int16_t)C; q.inner = (int16_t)N; q.kq = 0;
+    q.mv = (int32_t)(1073741824u + (uint32_t)rnd(1 << 30)); q.sv = -1 - rnd(14);
+    q.v_off = rnd(256) - 128; q.r_off = rnd(256) - 128;
+    q.my = (int32_t)(1073741824u + (uint32_t)rnd(1 << 30)); q.ey = 1 + rnd(20);
+    q.cy = qsa_rqc(q.ey, off);
+    for (i = 0; i < 256; ++i) lut[i] = (int8_t)(rnd(256) - 128);
+    for (i = 0; i < G * C * N; ++i) y[i] = (int8_t)(rnd(256) - 128);
+    qsa_lnorm(o, y, lut, &q);
+    mix(o, G * C * N);
+  }
+  printf("lnorm %lu\n", (unsigned long)hsh);
 #endif
   fflush(stdout); /* the board's exit does not flush */
   return 0;
@@ -951,19 +967,26 @@ def test_fast_round3_kernels_equal_the_exact_build(tmp_path, where):
     qsa_reduce (the sum over dim 2 straight from x), qsa_gather4 (runs chosen per row; the
     8-byte de-interleave), qsa_dwconvs (the bias folded at init, the requantisation as its own
     pass). The same C compiled with and without QSA_ARITH_FAST, on the host (portable C) and
-    on the Cortex-M4 under QEMU (SMLAD, the assembly)."""
+    on the Cortex-M4 under QEMU (SMLAD, the assembly). Round 5 (12-08): qsa_bmm2's row pairs
+    in assembly (odd and even M, K, N above); the special paths the exporter switches on
+    (QSA_REDUCE_C4: the sums of four unrolled, a shift >= 0 by SMMLAR; QSA_LNORM_N3: layer
+    norms of comps x 3 unrolled) print the integers of the build without them."""
     from qsa.export.c_kernels import QSA_NN_H
 
     if where != "host" and arm_toolchain():
         require([arm_toolchain()], "the Cortex-M build and its QEMU run")
     outs = []
-    for fast in (False, True):
-        d = tmp_path / ("fast" if fast else "exact")
+    special = "#define QSA_REDUCE_C4 1\n#define QSA_LNORM_N3 1\n"
+    for name, head in (("exact", ""), ("fast", "#define QSA_ARITH_FAST 1\n"),
+                       ("special", "#define QSA_ARITH_FAST 1\n" + special)):
+        d = tmp_path / name
         d.mkdir()
         (d / "qsa_nn.h").write_text(QSA_NN_H)
-        (d / "t.c").write_text(("#define QSA_ARITH_FAST 1\n" if fast else "") + _ROUND3_C)
+        (d / "t.c").write_text(head + _ROUND3_C)
         outs.append(_run_c(d).stdout if where == "host" else _run_c_m4(d))
-    exact, fast = ([ln for ln in o.split("\n") if ln] for o in outs)
+    exact, fast, spec = ([ln for ln in o.split("\n") if ln] for o in outs)
     assert [ln.split()[0] for ln in exact] == ["bmm2", "softmax", "reduce", "gather4", "dwconvs"]
-    assert exact == fast[:-2]
-    assert fast[-2:] == ["addprelu 0", "preluf 0"]  # round 4's assembly on the M4 = the C
+    assert exact == fast[:-3]
+    assert fast[-3:-1] == ["addprelu 0", "preluf 0"]  # round 4's assembly on the M4 = the C
+    assert fast[-1].split()[0] == "lnorm"
+    assert spec == fast  # round 5's special paths: the same integers
