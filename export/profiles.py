@@ -61,10 +61,12 @@ KB, MB = 1024, 1024 * 1024
 # (--c-arith fast: the ADDs of a constant folded into the FULLY_CONNECTED / CONV_2D before
 # them, the Hamilton expansions' consumers on unrounded values, one-pass layer norms,
 # ADD(+PRELU) with one rounding, SiLU tables, several blocks per qsa_blk4n call; int8 within
-# its stated bound of TFLite-Micro) measured 855,054 (M4) / 858,821 (M7) instructions per hop,
-# flash 64,992 B (M7 64,984 B), RAM 42,868 B (33,808 + 9,060 stack) after the fourth round of
-# issue-31 tuning (12-07: qsa_dwconvs per pixel in assembly, the DSP's roundings by VCVTR,
-# qsa_addprelu / qsa_preluf columns in assembly; network integers and PCM unchanged),
+# its stated bound of TFLite-Micro) measured 814,430 (M4) / 817,818 (M7) instructions per hop,
+# flash 65,252 B (M7 65,264 B), RAM 42,868 B (33,808 + 9,060 stack) after the fifth round of
+# issue-31 tuning (12-08: layer norms in threes, qsa_bmm2's row pairs and column builder and
+# the Hamilton columns in assembly, sums by fours with SMMLAR; network integers and PCM
+# unchanged), 855,054 / 858,821, 64,992 B after the fourth (12-07: qsa_dwconvs per pixel in
+# assembly, the DSP's roundings by VCVTR, qsa_addprelu / qsa_preluf columns in assembly),
 # 895,704 / 895,502, 65,316 B and 40,428 B after the third (12-07 evening: two rows per
 # LDM in qsa_blk4a, run kinds picked once per row in qsa_gather4, qsa_fcx row by row, one
 # qsa_xhamn call per convolution block, qsa_dwconvs
@@ -82,7 +84,7 @@ KB, MB = 1024, 1024 * 1024
 # fused Hamilton expansions 1,635,606 / 1,650,118; before the blocked kernels 1,918,346 /
 # 1,921,192; before the lean kernels 2,722,290 / 2,730,934, and with the reference kernels
 # only 4,832,008 / 4,932,928. Either build is still above a 50 % load of the profile's clock
-# (M4 at 168 MHz: 672,000 per 8 ms hop; the exact build loads it 117 %, the fast one 64 %),
+# (M4 at 168 MHz: 672,000 per 8 ms hop; the exact build loads it 117 %, the fast one 61 %),
 # so check_budget says so. The exact M7 figures are those after round 4's shared depthwise
 # helpers (its qsa_dwconvs 24 B smaller; before: 1,582,598 per hop, 65,604 B).
 _HOW = ("qsa export --target c, QEMU {machine} -icount shift=0, SysTick per hop "
