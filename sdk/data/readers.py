@@ -392,6 +392,7 @@ class CropDataset:
         loaded = self._load(i)
         noisy, clean = loaded[0], loaded[1]
         teacher = loaded[2] if self.teacher else None
+        has_teacher = teacher is not None
         n, L = len(noisy), self.length
         start = self.crop_offset(i, n)
         # (noisy | clean [| teacher], samples)
@@ -403,15 +404,15 @@ class CropDataset:
             out[2, :seg] = teacher[start : start + seg]
         if self.clean_share > 0 and self.is_clean_crop(i):
             out[0] = out[1]  # clean speech in, the same speech out: no noise to remove
-            if self.teacher:
+            if self.teacher:  # the target of a noise-free crop is itself, whoever teaches
                 out[2] = out[1]
-                teacher = clean
+                has_teacher = True
         if self.band_limit > 0:  # every row through the same capture chain
             out = self._band_limited(i, out)
         if not self.teacher:
             return torch.from_numpy(out[0]), torch.from_numpy(out[1])
         return (torch.from_numpy(out[0]), torch.from_numpy(out[1]), torch.from_numpy(out[2]),
-                teacher is not None)
+                has_teacher)
 
     def is_clean_crop(self, i: int) -> bool:
         """Whether item ``i`` of this epoch is served without its noise (probability
